@@ -1,0 +1,174 @@
+"""The ``cf-tasks`` command line: build datasets (and, in later commands, evaluate and publish).
+
+Errors a user can fix are printed as one line, ``cf-tasks: error: <what> ; <fix>``, with exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """A problem with the user's input; printed as one line without a traceback."""
+
+
+def _writable_dir(path: str) -> Path:
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".cf-tasks-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise UsageError(f"cannot write to output folder {out}: {reason}; choose a writable --out") from None
+    return out
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    import dataset_builders
+    from dataset_builders.serialize import atomic_write, sha256, write_dataset
+    from dataset_builders.validate import ValidationError, build_validated
+
+    names = list(dataset_builders.DATASETS) if args.dataset == "all" else [args.dataset]
+    for name in names:
+        try:
+            dataset_builders.builder(name)
+        except dataset_builders.UnknownDataset as err:
+            raise UsageError(str(err)) from None
+    out = _writable_dir(args.out)
+    manifest = {"seed": args.seed, "format": args.format, "datasets": {}}
+    start = time.perf_counter()
+    for name in tqdm(names, desc="building", unit="dataset", disable=args.quiet):
+        try:
+            items = build_validated(name, args.seed)
+        except ValidationError as err:
+            raise UsageError(f"{err}\nfix the fact table or builder named above and rebuild") from None
+        path, data = write_dataset(items, out, name, args.format)
+        manifest["datasets"][name] = {
+            "file": path.name,
+            "count": len(items),
+            "version": dataset_builders.version(name),
+            "sha256": sha256(data),
+        }
+    atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
+    elapsed = time.perf_counter() - start
+    if not args.quiet:
+        for name, entry in manifest["datasets"].items():
+            print(f"{name:16s} {entry['count']:6d} items  v{entry['version']}  {out / entry['file']}")
+        print(f"built {len(names)} dataset(s) with seed {args.seed} in {elapsed:.2f} s -> {out / 'manifest.json'}")
+    return 0
+
+
+def cmd_tasks_path(args: argparse.Namespace) -> int:
+    from .registry import task_yamls_path
+
+    print(task_yamls_path())
+    return 0
+
+
+def _parse_metadata(text: str | None) -> dict | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--metadata is not valid JSON ({err.msg}); pass e.g. '{{\"seed\": 7}}'") from None
+    if not isinstance(value, dict):
+        raise UsageError("--metadata must be a JSON object, e.g. '{\"seed\": 7}'")
+    return value
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from lm_eval.utils import make_table
+
+    from .default_model import DefaultModelError, default_model_path
+    from .evaluate import needs_builtin_tasks, our_task_names, run_lm_eval
+
+    tasks = [t for t in args.tasks.split(",") if t]
+    ours = our_task_names()
+    builtin = needs_builtin_tasks(tasks, ours)
+    model_args = args.model_args
+    if not model_args:
+        if args.model != "hf":
+            raise UsageError(f"--model {args.model} needs --model_args (the default model is for --model hf)")
+        try:
+            path = default_model_path()
+        except DefaultModelError as err:
+            raise UsageError(str(err)) from None
+        model_args = f"pretrained={path},dtype=float32"
+        print(f"cf-tasks: evaluating the default model {path}", file=sys.stderr)
+    if not builtin:
+        unknown = [t for t in tasks if t not in ours]
+        if unknown:
+            raise UsageError(f"unknown task(s) {', '.join(unknown)}; run `lm_eval ls tasks` to list them")
+    results = run_lm_eval(
+        args.model, tasks, model_args=model_args, limit=args.limit, batch_size=args.batch_size,
+        metadata=_parse_metadata(args.metadata), apply_chat_template=args.apply_chat_template,
+        log_samples=bool(args.output_path),
+    )
+    if results is None:
+        return 0
+    if args.output_path:
+        from .results import save_results
+
+        path = save_results(results, Path(args.output_path))
+        print(f"cf-tasks: results written to {path}", file=sys.stderr)
+    print(make_table(results))
+    if "groups" in results:
+        print(make_table(results, "groups"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dataset_builders import DEFAULT_SEED
+    from dataset_builders.serialize import FORMATS
+
+    parser = argparse.ArgumentParser(prog="cf-tasks", description="Knowledge-conflict tasks for lm-eval.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="build the counterfactual datasets to files")
+    p.add_argument("--dataset", default="all", help="dataset name or 'all' (default)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"builder seed (default {DEFAULT_SEED})")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--format", choices=FORMATS, default="jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress or summary output")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("tasks-path", help="print the task YAML folder (for lm_eval --include_path)")
+    p.set_defaults(func=cmd_tasks_path)
+
+    p = sub.add_parser("eval", help="evaluate a model (default: the embedded SmolLM2) with lm-eval")
+    p.add_argument("--model", default="hf", help="lm-eval model type (hf, vllm, ...)")
+    p.add_argument("--model_args", default=None, help="lm-eval model_args; omit for the default model")
+    p.add_argument("--tasks", default="cf_suite", help="comma-separated tasks or groups (default cf_suite)")
+    p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
+    p.add_argument("--batch_size", default=1, help="lm-eval batch size")
+    p.add_argument("--output_path", default=None, help="folder for results JSON and samples")
+    p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
+    p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")
+    p.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as err:
+        print(f"cf-tasks: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cf-tasks: interrupted; finished files were kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Running lm-eval on the cf-tasks (or any lm-eval task) with one loaded model.
+
+``cf-tasks eval`` with no ``--model_args`` evaluates the embedded default model
+(``default_model.py``). lm-eval's built-in task index (~7 s) is only built when a requested task
+is not one of ours.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def our_task_names() -> set[str]:
+    from .registry import task_manager
+
+    return set(task_manager(include_defaults=False).all_tasks)
+
+
+def needs_builtin_tasks(tasks: list[str], ours: set[str] | None = None) -> bool:
+    ours = our_task_names() if ours is None else ours
+    return any(t not in ours for t in tasks)
+
+
+def run_lm_eval(
+    model: Any,
+    tasks: list[str],
+    model_args: str | dict | None = None,
+    limit: float | None = None,
+    batch_size: int | str = 1,
+    metadata: dict | None = None,
+    apply_chat_template: bool = False,
+    log_samples: bool = False,
+    task_manager=None,
+) -> dict:
+    """``lm_eval.simple_evaluate`` with a task manager that indexes built-ins only when needed."""
+    import lm_eval
+
+    from .registry import task_manager as make_task_manager
+
+    if task_manager is None:
+        task_manager = make_task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
+    return lm_eval.simple_evaluate(
+        model=model,
+        model_args=model_args,
+        tasks=tasks,
+        limit=limit,
+        batch_size=batch_size,
+        task_manager=task_manager,
+        apply_chat_template=apply_chat_template,
+        log_samples=log_samples,
+        metadata=metadata,
+    )

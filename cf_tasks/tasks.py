@@ -1,0 +1,90 @@
+"""lm-eval hooks for the task YAMLs in ``task_yamls/``: dataset loading, per-item scoring and the
+aggregations the YAMLs name with ``!function cf_tasks.tasks.<name>``.
+
+Metric names are the same strings in YAML, the results JSON and every table:
+``counterfactual_acc``, ``parametric_acc``, ``both_rate``, ``neither_rate``,
+``context_preference`` for generation tasks; ``acc`` and ``context_prob`` for the ``_mc`` ones.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .scoring import score
+
+GENERATION_METRICS = ("counterfactual_acc", "parametric_acc", "both_rate", "neither_rate", "context_preference")
+MC_METRICS = ("acc", "context_prob")
+PERSON_RELATIONS = frozenset({"person_name"})
+
+
+def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, revision: str | None = None,
+         **_metadata: Any):
+    """The ``test`` split of a dataset: built in-process (default) or read from a Hub copy.
+
+    lm-eval passes the task's ``metadata`` (merged with ``--metadata``) as keyword arguments;
+    keys other than these are ignored.
+    """
+    import datasets
+
+    from dataset_builders import DEFAULT_SEED
+    from dataset_builders.serialize import arrow_schema
+    from dataset_builders.validate import build_validated
+
+    if hub_repo:
+        from .hub import load_published
+
+        return datasets.DatasetDict({"test": load_published(hub_repo, dataset, revision)})
+    items = build_validated(dataset, DEFAULT_SEED if seed is None else int(seed))
+    features = datasets.Features.from_arrow_schema(arrow_schema())
+    return datasets.DatasetDict(
+        {"test": datasets.Dataset.from_list([i.to_dict() for i in items], features=features)}
+    )
+
+
+def score_doc(doc: dict, generation: str):
+    return score(
+        generation,
+        doc["counterfactual_answer"],
+        doc["parametric_answer"],
+        doc.get("counterfactual_aliases") or (),
+        doc.get("parametric_aliases") or (),
+        person=doc.get("relation") in PERSON_RELATIONS,
+    )
+
+
+def process_results(doc: dict, results: list[str]) -> dict[str, Any]:
+    """Generation tasks: which answer the (first) generation states."""
+    outcome = score_doc(doc, results[0])
+    label = outcome.label
+    return {
+        "counterfactual_acc": float(outcome.counterfactual),
+        "parametric_acc": float(outcome.parametric),
+        "both_rate": float(label == "both"),
+        "neither_rate": float(label == "neither"),
+        "context_preference": label,
+    }
+
+
+def context_preference(labels: list[str]) -> float:
+    """context-only / (context-only + parametric-only); NaN when neither ever occurs alone."""
+    context_only = sum(1 for label in labels if label == "context")
+    parametric_only = sum(1 for label in labels if label == "parametric")
+    total = context_only + parametric_only
+    return context_only / total if total else float("nan")
+
+
+def process_results_mc(doc: dict, results: list[tuple[float, bool]]) -> dict[str, float]:
+    """Log-likelihood variants: choice 0 is the counterfactual answer, choice 1 the parametric one.
+
+    ``context_prob`` is p_c / (p_c + p_a), the ratio M_C of the paper's Theorem 1.
+    """
+    log_c, log_a = results[0][0], results[1][0]
+    return {"acc": float(log_c > log_a), "context_prob": _sigmoid(log_c - log_a)}
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)

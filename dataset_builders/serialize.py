@@ -1,0 +1,68 @@
+"""Writing datasets to disk: JSON Lines or Parquet, atomically, plus a manifest with checksums."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .schema import FIELD_NAMES, Item
+
+FORMATS = ("jsonl", "parquet")
+
+
+def to_jsonl_bytes(items: list[Item]) -> bytes:
+    lines = (json.dumps(item.to_dict(), ensure_ascii=False) for item in items)
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def to_parquet_bytes(items: list[Item]) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([i.to_dict() for i in items], schema=arrow_schema())
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def arrow_schema():
+    import pyarrow as pa
+
+    kinds = {"str": pa.string(), "int": pa.int64(), "bool": pa.bool_(), "list[str]": pa.list_(pa.string())}
+    from .schema import FIELDS
+
+    return pa.schema([(name, kinds[FIELDS[name]]) for name in FIELD_NAMES])
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_dataset(items: list[Item], out_dir: Path, name: str, fmt: str) -> tuple[Path, bytes]:
+    data = to_jsonl_bytes(items) if fmt == "jsonl" else to_parquet_bytes(items)
+    path = Path(out_dir) / f"{name}.{fmt}"
+    atomic_write(path, data)
+    return path, data
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

@@ -1,0 +1,168 @@
+"""The guarantees every build must keep, checked on every build.
+
+Each rule returns the ids of the items that break it; ``check`` turns the failures into one line
+per rule. ``build_validated`` builds a dataset, rebuilds it with the same seed (the bytes must be
+identical) and with another seed (the substitutions must change), and runs every item rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+
+from cf_tasks.text import contains_any
+
+from . import build
+from .common import POSITIONS, name_fragments, same_answer
+from .schema import FIELDS, Item
+from .serialize import to_jsonl_bytes
+
+POSITION_SHARE = (0.25, 0.40)  # bounds for each answer position in cf_world_facts
+POSITION_BALANCED = ("cf_world_facts",)
+MAX_MENTIONS_PARAMETRIC_SHARE = 0.5
+MIN_RESEED_CHANGE = 0.10  # share of items another seed must change
+_PLACEHOLDER = re.compile(r"[{}]|\[\[|\]\]")
+_TYPES = {"str": str, "int": int, "bool": bool, "list[str]": list}
+
+
+class ValidationError(ValueError):
+    """A build broke one or more guarantees; ``str()`` has one line per broken rule."""
+
+
+def _schema(items: list[Item]) -> list[str]:
+    bad = []
+    for item in items:
+        d = item.to_dict()
+        for name, type_name in FIELDS.items():
+            value = d.get(name)
+            expected = _TYPES[type_name]
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                bad.append(item.id)
+                break
+            if expected is str and name not in ("question",) and not value.strip():
+                bad.append(item.id)
+                break
+            if expected is list and not all(isinstance(v, str) for v in value):
+                bad.append(item.id)
+                break
+        if d.get("answer_position") not in POSITIONS:
+            bad.append(item.id)
+    return bad
+
+
+def _answers_differ(items: list[Item]) -> list[str]:
+    return [
+        i.id for i in items
+        if any(same_answer(c, p) for c in [i.counterfactual_answer, *i.counterfactual_aliases]
+               for p in [i.parametric_answer, *i.parametric_aliases])
+    ]
+
+
+def _counterfactual_in_context(items: list[Item]) -> list[str]:
+    return [i.id for i in items if not contains_any(i.context, [i.counterfactual_answer])]
+
+
+def _parametric_not_in_context(items: list[Item]) -> list[str]:
+    return [
+        i.id for i in items
+        if not i.mentions_parametric
+        and contains_any(i.context + " " + i.question, [i.parametric_answer, *i.parametric_aliases])
+    ]
+
+
+def _no_name_fragment(items: list[Item]) -> list[str]:
+    """For name substitutions: no word of the real name survives anywhere in the context."""
+    return [
+        i.id for i in items
+        if i.relation == "person_name"
+        and contains_any(i.context, name_fragments(i.parametric_answer, *i.parametric_aliases))
+    ]
+
+
+def _no_placeholder(items: list[Item]) -> list[str]:
+    return [
+        i.id for i in items
+        if any(_PLACEHOLDER.search(s) for s in (i.context, i.question, i.counterfactual_answer, i.parametric_answer))
+    ]
+
+
+def _unique_ids(items: list[Item]) -> list[str]:
+    counts = Counter(i.id for i in items)
+    return sorted(k for k, n in counts.items() if n > 1)
+
+
+def _position_shares(items: list[Item]) -> list[str]:
+    if not items or items[0].dataset not in POSITION_BALANCED:
+        return []
+    counts = Counter(i.answer_position for i in items)
+    low, high = POSITION_SHARE
+    off = [p for p in POSITIONS if not low <= counts[p] / len(items) <= high]
+    return [i.id for i in items if i.answer_position in off] or (
+        [f"<no item at {p}>" for p in off]
+    )
+
+
+def _mentions_parametric_share(items: list[Item]) -> list[str]:
+    flagged = [i.id for i in items if i.mentions_parametric]
+    return flagged if len(flagged) > MAX_MENTIONS_PARAMETRIC_SHARE * len(items) else []
+
+
+RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "schema": ("every field present with its type and a known answer_position", _schema),
+    "answers_differ": ("counterfactual and parametric answers differ after normalisation", _answers_differ),
+    "counterfactual_in_context": ("the counterfactual answer occurs in the context", _counterfactual_in_context),
+    "parametric_not_in_context": (
+        "the parametric answer and its aliases are absent from context and question "
+        "(unless mentions_parametric)",
+        _parametric_not_in_context,
+    ),
+    "no_name_fragment": ("no fragment of a substituted name survives in the context", _no_name_fragment),
+    "no_placeholder": ("no template placeholder is left", _no_placeholder),
+    "unique_ids": ("ids are unique", _unique_ids),
+    "position_shares": (f"each answer position holds {POSITION_SHARE[0]:.0%}-{POSITION_SHARE[1]:.0%} of items",
+                        _position_shares),
+    "mentions_parametric_share": ("at most half of the items mention the parametric answer",
+                                  _mentions_parametric_share),
+}
+
+
+def failures(items: list[Item]) -> list[str]:
+    """One line per broken item rule, naming the rule and (up to 10 of) the offending ids."""
+    lines = []
+    for rule, (description, check) in RULES.items():
+        bad = check(items)
+        if bad:
+            shown = ", ".join(bad[:10]) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
+            lines.append(f"{rule}: {description} — broken by {len(bad)} item(s): {shown}")
+    return lines
+
+
+def determinism_failures(name: str, seed: int, items: list[Item]) -> list[str]:
+    """Same seed must give the same bytes; another seed must change the substitutions."""
+    lines = []
+    if to_jsonl_bytes(build(name, seed)) != to_jsonl_bytes(items):
+        lines.append(f"deterministic: rebuilding {name} with seed {seed} gave different bytes")
+    other = {i.id: (i.counterfactual_answer, i.context) for i in build(name, seed + 1)}
+    changed = sum(other.get(i.id) != (i.counterfactual_answer, i.context) for i in items)
+    if changed < MIN_RESEED_CHANGE * len(items):
+        lines.append(
+            f"reseed: seed {seed + 1} changed only {changed} of {len(items)} {name} items "
+            f"(need {MIN_RESEED_CHANGE:.0%})"
+        )
+    return lines
+
+
+def check(items: list[Item]) -> None:
+    lines = failures(items)
+    if lines:
+        raise ValidationError("\n".join(lines))
+
+
+def build_validated(name: str, seed: int) -> list[Item]:
+    """Build ``name`` and enforce every guarantee; raises ``ValidationError`` listing broken rules."""
+    items = build(name, seed)
+    lines = failures(items) + determinism_failures(name, seed, items)
+    if lines:
+        raise ValidationError(f"{name} (seed {seed}) failed validation:\n" + "\n".join(lines))
+    return items

@@ -1,0 +1,26 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# Nothing in the test suite may wait on the Hugging Face Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).parent))
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny random Llama whose word-level vocabulary covers the datasets' text."""
+    import dataset_builders
+    from tiny_model import build_tiny_model
+
+    corpus = []
+    for name in dataset_builders.DATASETS:
+        for item in dataset_builders.build(name):
+            corpus += [item.context, item.question, item.counterfactual_answer, item.parametric_answer]
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), corpus)
