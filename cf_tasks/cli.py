@@ -102,7 +102,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             path = default_model_path()
         except DefaultModelError as err:
             raise UsageError(str(err)) from None
-        model_args = f"pretrained={path},dtype=float32"
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model_args = f"pretrained={path},dtype=float32,device={device}"
         print(f"cf-tasks: evaluating the default model {path}", file=sys.stderr)
     if not builtin:
         unknown = [t for t in tasks if t not in ours]

