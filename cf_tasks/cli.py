@@ -106,6 +106,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model_args = f"pretrained={path},dtype=float32,device={device}"
+        if args.apply_chat_template is None:
+            args.apply_chat_template = True  # an instruct model: raw prompts mostly get <|im_end|>
         print(f"cf-tasks: evaluating the default model {path}", file=sys.stderr)
     if not builtin:
         unknown = [t for t in tasks if t not in ours]
@@ -113,7 +115,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown task(s) {', '.join(unknown)}; run `lm_eval ls tasks` to list them")
     results = run_lm_eval(
         args.model, tasks, model_args=model_args, limit=args.limit, batch_size=args.batch_size,
-        metadata=_parse_metadata(args.metadata), apply_chat_template=args.apply_chat_template,
+        metadata=_parse_metadata(args.metadata), apply_chat_template=bool(args.apply_chat_template),
         log_samples=bool(args.output_path),
     )
     if results is None:
@@ -155,8 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch_size", default=1, help="lm-eval batch size")
     p.add_argument("--output_path", default=None, help="folder for results JSON and samples")
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
-    p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")
+    p.add_argument("--apply_chat_template", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap prompts in the model's chat template (default: on for the default model only)")
     p.set_defaults(func=cmd_eval)
+
+    from .hub import add_publish_parser
+
+    add_publish_parser(sub)
     return parser
 
 
