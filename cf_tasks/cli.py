@@ -131,6 +131,50 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard {text!r} is not I/N; pass e.g. --shard 0/2 for the first of two shards") from None
+    if not 0 <= index < count:
+        raise UsageError(f"--shard {text}: I must be in 0..N-1; pass e.g. --shard 0/{max(count, 2)}")
+    return index, count
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import SweepConfig, SweepError, run_sweep, vllm_available
+
+    backend = args.backend or ("vllm" if vllm_available() else "hf")
+    cfg = SweepConfig(
+        run_dir=Path(args.run_dir), tasks=[t for t in args.tasks.split(",") if t], output_path=Path(args.output_path),
+        backend=backend, base=args.base, limit=args.limit, batch_size=args.batch_size,
+        include_base=args.include_base, shard=_parse_shard(args.shard), watch=args.watch,
+        poll_interval=args.poll_interval, settle_seconds=args.settle_seconds, max_polls=args.max_polls,
+        device=args.device, tensor_parallel_size=args.tensor_parallel_size,
+        apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
+    )
+    try:
+        failed = run_sweep(cfg)
+    except SweepError as err:
+        raise UsageError(str(err)) from None
+    if failed:
+        print(f"cf-tasks: {failed} checkpoint(s) failed; see the errors above and {cfg.output_path / 'manifest.json'}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .sweep import SweepError, report
+
+    outs = [Path(p) for p in args.outputs]
+    try:
+        report(outs, Path(args.output_path) if args.output_path else outs[0])
+    except SweepError as err:
+        raise UsageError(str(err)) from None
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dataset_builders import DEFAULT_SEED
     from dataset_builders.serialize import FORMATS
@@ -160,6 +204,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply_chat_template", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap prompts in the model's chat template (default: on for the default model only)")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("sweep", help="score every checkpoint of a fine-tuning run (full or LoRA)")
+    p.add_argument("run_dir", help="folder holding checkpoint-N / step_N / global_stepN / epoch_N sub-folders")
+    p.add_argument("--tasks", default="cf_suite", help="comma-separated lm-eval tasks (default cf_suite)")
+    p.add_argument("--output_path", required=True, help="sweep output folder (resumable)")
+    p.add_argument("--backend", choices=("vllm", "hf"), default=None, help="default: vllm where installed, else hf")
+    p.add_argument("--base", default=None, help="base model for LoRA adapters (default: from adapter_config.json)")
+    p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
+    p.add_argument("--batch_size", default=1, help="lm-eval batch size (hf backend)")
+    p.add_argument("--include_base", action="store_true", help="also score the base model as step 0")
+    p.add_argument("--shard", default="0/1", help="I/N: score every N-th checkpoint starting at I (0-based)")
+    p.add_argument("--watch", action="store_true", help="keep polling RUN_DIR for new checkpoints")
+    p.add_argument("--poll_interval", type=float, default=30.0, help="seconds between polls with --watch")
+    p.add_argument("--settle_seconds", type=float, default=10.0,
+                   help="with --watch, a checkpoint is complete once no file changed for this long")
+    p.add_argument("--max_polls", type=int, default=None, help="with --watch, stop after this many polls")
+    p.add_argument("--device", default=None, help="hf backend device (default cuda if available, else cpu)")
+    p.add_argument("--tensor_parallel_size", type=int, default=1, help="vllm backend tensor parallelism")
+    p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")
+    p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="merge sweep outputs (e.g. shards) and redraw the plot")
+    p.add_argument("outputs", nargs="+", help="sweep output folders")
+    p.add_argument("--output_path", default=None, help="where to write the merged outputs (default: the first)")
+    p.set_defaults(func=cmd_report)
 
     from .hub import add_publish_parser
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from cf_tasks.text import contains_any
 
-from . import build
+from . import BUILDERS, build
 from .common import POSITIONS, name_fragments, same_answer
 from .schema import FIELDS, Item
 from .serialize import to_jsonl_bytes
@@ -127,10 +127,20 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
 }
 
 
+def rules_for(items: list[Item]) -> dict[str, tuple[str, Callable[[list[Item]], list[str]]]]:
+    """The shared ``RULES`` plus the ``EXTRA_RULES`` of the builder that made ``items``, if it has any.
+
+    A builder whose dataset makes promises of its own (ic_recall: the in-context pairs identify
+    the relation) declares them next to the code that keeps them, in the same shape as ``RULES``.
+    """
+    module = BUILDERS.get(items[0].dataset) if items else None
+    return {**RULES, **getattr(module, "EXTRA_RULES", {})}
+
+
 def failures(items: list[Item]) -> list[str]:
     """One line per broken item rule, naming the rule and (up to 10 of) the offending ids."""
     lines = []
-    for rule, (description, check) in RULES.items():
+    for rule, (description, check) in rules_for(items).items():
         bad = check(items)
         if bad:
             shown = ", ".join(bad[:10]) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")

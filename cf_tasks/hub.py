@@ -1,0 +1,631 @@
+"""Publishing the datasets as a Hugging Face Hub dataset repository, and loading a published copy.
+
+``export`` writes the Hub layout to a folder: ``data/<config>/test-00000-of-00001.parquet`` per
+dataset (the split the task YAMLs read) and a ``README.md`` card whose YAML ``configs`` maps each
+config to its file. An existing card is merged, never overwritten: the user's extra metadata and
+other configs are kept, ours are replaced, and only the card body between ``CARD_BEGIN`` and
+``CARD_END`` is rewritten. ``upload`` sends the folder in one commit; ``load_published`` is what
+the lm-eval tasks call when their metadata names a ``hub_repo`` (with a pinned ``revision``).
+
+The token comes from ``huggingface_hub.get_token()`` (``HF_TOKEN`` or the stored login); it is
+handed to ``HfApi`` and never formatted into a message, and error text from the Hub is redacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import re
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+SPLIT = "test"  # the split every task YAML reads (test_split: test)
+DEFAULT_CONFIG = "cf_bio"
+CARD_FILE = "README.md"
+CARD_BEGIN = "<!-- cf-tasks:begin -->"
+CARD_END = "<!-- cf-tasks:end -->"
+PRETTY_NAME = "cf-tasks: knowledge-conflict datasets"
+LICENSE = "mit"
+LANGUAGE = ["en"]
+TASK_CATEGORIES = ["question-answering"]
+TAGS = ["knowledge-conflict", "counterfactual", "context-reliance", "lm-eval"]
+SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                   (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"))
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{8,}")
+MOVING_BRANCHES = ("main", "master")
+
+CITATION = """\
+@inproceedings{goyal2025contextparametric,
+  title     = {Context-Parametric Inversion: Why Instruction Finetuning May Not Actually Improve Context Reliance},
+  author    = {Goyal, Sachin and Baek, Christina and Kolter, J. Zico and Raghunathan, Aditi},
+  booktitle = {The Thirteenth International Conference on Learning Representations (ICLR)},
+  year      = {2025}
+}"""
+
+# What each column means, for the card's schema table (the types come from schema.FIELDS).
+FIELD_DOCS = {
+    "id": "unique item id within the config",
+    "dataset": "the config name",
+    "relation": "the fact relation the item changes (e.g. `person_name`, `country_capital`)",
+    "subject": "what the question is about",
+    "context": "the counterfactual passage or instruction shown to the model",
+    "question": "the question asked after the context (empty for instruction-only items)",
+    "counterfactual_answer": "the answer the context supports",
+    "parametric_answer": "the real-world answer a model may have memorised",
+    "version": "builder version that produced the item",
+    "seed": "builder seed that produced the item",
+    "counterfactual_aliases": "other accepted forms of the counterfactual answer",
+    "parametric_aliases": "other accepted forms of the parametric answer",
+    "answer_position": "where the answer sentence sits in the context: beginning, middle or end",
+    "mentions_parametric": "true when the context also names the real answer (as a former value)",
+}
+
+
+class PublishError(Exception):
+    """A problem the user can fix; ``str()`` is one line naming the fix."""
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def check_repo_id(repo_id: str) -> str:
+    """``repo_id`` if it is a valid ``ORG/NAME`` Hub id; else ``PublishError``."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    fix = "pass --repo-id ORG/NAME, e.g. my-org/cf-tasks"
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise PublishError(f"invalid repo id {repo_id!r}: expected ORG/NAME; {fix}")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        reason = str(err).strip().splitlines()[0].rstrip(".")
+        raise PublishError(f"invalid repo id {repo_id!r}: {reason}; {fix}") from None
+    return repo_id
+
+
+def get_token() -> str:
+    """The Hub token from ``HF_TOKEN`` or the stored login; ``PublishError`` when there is none."""
+    import huggingface_hub
+
+    token = huggingface_hub.get_token()
+    if not token:
+        raise PublishError("no Hugging Face token found; set HF_TOKEN or run `hf auth login` "
+                           "(or use --dry-run --out DIR to export without uploading)")
+    return token
+
+
+def redact(text: str, token: str | None = None) -> str:
+    """``text`` with the token (and anything shaped like a Hub token) replaced by ``***``."""
+    if token:
+        text = text.replace(token, "***")
+    return _TOKEN_LIKE.sub("***", text)
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass
+class ConfigExport:
+    name: str
+    path: str  # relative to the export folder, with forward slashes
+    count: int
+    version: int
+    relations: dict[str, int]
+    num_bytes: int
+    download_size: int
+
+
+@dataclass
+class Export:
+    out: Path
+    seed: int
+    configs: dict[str, ConfigExport] = field(default_factory=dict)
+
+    def files(self) -> list[str]:
+        return [CARD_FILE, *(c.path for c in self.configs.values())]
+
+
+def data_path(config: str) -> str:
+    return f"data/{config}/{SPLIT}-00000-of-00001.parquet"
+
+
+def features():
+    """The ``datasets.Features`` of every config (the same as the in-process build)."""
+    import datasets
+
+    from dataset_builders.serialize import arrow_schema
+
+    return datasets.Features.from_arrow_schema(arrow_schema())
+
+
+def export(out: Path, seed: int, repo_id: str, existing_card: str | None = None,
+           progress: bool = False) -> Export:
+    """Build every dataset with ``seed`` and write the Hub layout to ``out``.
+
+    ``existing_card`` is the text of a card to merge into; ``None`` merges with ``out/README.md``
+    when the folder already has one. Every file is written atomically.
+    """
+    import pyarrow.parquet as pq
+    from tqdm import tqdm
+
+    import dataset_builders
+    from dataset_builders.serialize import atomic_write, to_parquet_bytes
+    from dataset_builders.validate import ValidationError, build_validated
+
+    out = Path(out)
+    if existing_card is None and (out / CARD_FILE).is_file():
+        existing_card = (out / CARD_FILE).read_text(encoding="utf-8")
+    result = Export(out=out, seed=seed)
+    built = {}
+    for name in tqdm(dataset_builders.DATASETS, desc="building", unit="dataset", disable=not progress):
+        try:
+            built[name] = build_validated(name, seed)
+        except ValidationError as err:
+            first = str(err).splitlines()[0]
+            raise PublishError(f"{first} (see `cf-tasks build --dataset {name}`); "
+                               "fix the fact table or builder and publish again") from None
+    blobs = {}
+    for name, items in built.items():
+        blob = to_parquet_bytes(items)
+        blobs[name] = blob
+        result.configs[name] = ConfigExport(
+            name=name, path=data_path(name), count=len(items), version=dataset_builders.version(name),
+            relations=dict(sorted(Counter(i.relation for i in items).items())),
+            num_bytes=pq.read_table(io.BytesIO(blob)).nbytes, download_size=len(blob),
+        )
+    # Merge before writing anything, so a malformed existing card leaves the folder untouched.
+    card = merge_card(existing_card, render_card(result, repo_id))
+    for name, blob in blobs.items():
+        path = out / result.configs[name].path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, blob)
+    atomic_write(out / CARD_FILE, card.encode("utf-8"))
+    return result
+
+
+# --------------------------------------------------------------------------- card
+
+
+def size_category(n: int) -> str:
+    for bound, label in SIZE_CATEGORIES:
+        if n < bound:
+            return label
+    return "n>10M"
+
+
+def card_metadata(exp: Export) -> dict[str, Any]:
+    """Our YAML metadata: configs (``DEFAULT_CONFIG`` marked default), features, license, ..."""
+    import datasets
+    from huggingface_hub import DatasetCardData
+
+    configs = []
+    infos = []
+    feats = features()
+    for name, c in exp.configs.items():
+        entry: dict[str, Any] = {"config_name": name, "data_files": [{"split": SPLIT, "path": c.path}]}
+        if name == DEFAULT_CONFIG:
+            entry["default"] = True
+        configs.append(entry)
+        info = datasets.DatasetInfo(
+            features=feats,
+            splits=datasets.SplitDict({SPLIT: datasets.SplitInfo(name=SPLIT, num_bytes=c.num_bytes,
+                                                                num_examples=c.count)}),
+            download_size=c.download_size, dataset_size=c.num_bytes,
+        )
+        holder = DatasetCardData()
+        datasets.info.DatasetInfosDict({name: info}).to_dataset_card_data(holder)
+        infos.append(holder["dataset_info"])
+    total = sum(c.count for c in exp.configs.values())
+    return {
+        "pretty_name": PRETTY_NAME,
+        "license": LICENSE,
+        "language": list(LANGUAGE),
+        "task_categories": list(TASK_CATEGORIES),
+        "size_categories": [size_category(total)],
+        "tags": list(TAGS),
+        "configs": configs,
+        "dataset_info": infos,
+    }
+
+
+def _md(docstring: str | None) -> str:
+    """A builder docstring as Markdown (reST double backticks become single)."""
+    return (docstring or "").strip().replace("``", "`")
+
+
+def card_body(exp: Export, repo_id: str) -> str:
+    """The card text between the markers: construction, schema, counts, loading, rebuilding, citation."""
+    import importlib.metadata
+
+    import dataset_builders
+    from dataset_builders.schema import FIELDS
+
+    try:
+        tool_version = importlib.metadata.version("cf-tasks")
+    except importlib.metadata.PackageNotFoundError:
+        tool_version = "unknown"
+    first = next(iter(exp.configs), DEFAULT_CONFIG)
+    lines = [
+        CARD_BEGIN,
+        f"# {PRETTY_NAME}",
+        "",
+        "Question answering under knowledge conflict: each item pairs a context with a question. "
+        "A model that relies on the context gives `counterfactual_answer`; one that relies on what "
+        "it memorised gives `parametric_answer`. The counterfactual configs reproduce the evaluation "
+        "sets of *Context-Parametric Inversion* (Goyal et al., ICLR 2025); each config's section "
+        "below says how it is built. These are the datasets the `cf-tasks` lm-eval tasks read.",
+        "",
+        "Every config is built deterministically by `cf-tasks` from fact tables (people, countries, "
+        "world-fact relations, sayings) with a seeded random generator; the same seed and builder "
+        "version give byte-identical files. Each build is validated: the counterfactual answer is in "
+        "the context, the parametric answer and its aliases are not (unless flagged "
+        "`mentions_parametric`), substituted names leave no fragment behind, ids are unique.",
+        "",
+        "## Configs",
+        "",
+        f"Each config has one split, `{SPLIT}`. Seed: **{exp.seed}**; built with cf-tasks {tool_version}.",
+        "",
+        "| config | items | builder version | file |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for name, c in exp.configs.items():
+        lines.append(f"| `{name}`{' (default)' if name == DEFAULT_CONFIG else ''} | {c.count} | {c.version} "
+                     f"| `{c.path}` |")
+    for name, c in exp.configs.items():
+        lines += ["", f"### {name}", "", _md(dataset_builders.builder(name).__doc__), "",
+                  "| relation | items |", "| --- | ---: |"]
+        lines += [f"| `{relation}` | {n} |" for relation, n in c.relations.items()]
+    lines += ["", "## Schema", "", "Every config has the same columns.", "",
+              "| field | type | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{name}` | {kind} | {FIELD_DOCS.get(name, '')} |" for name, kind in FIELDS.items()]
+    lines += [
+        "", "## Loading", "",
+        "Pin a revision (a commit sha or a tag) so that scores stay comparable:", "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'ds = load_dataset("{repo_id}", "{first}", split="{SPLIT}", revision="<commit sha>")',
+        "```", "",
+        "The lm-eval tasks read this copy instead of building in-process when given its repo id:", "",
+        "```bash",
+        f"cf-tasks eval --tasks cf_suite --metadata '{{\"hub_repo\": \"{repo_id}\", \"revision\": \"<commit sha>\"}}'",
+        "```", "",
+        "## Rebuilding", "",
+        f"With cf-tasks {tool_version} installed, the same files come from", "",
+        "```bash",
+        f"cf-tasks build --seed {exp.seed} --format parquet --out DIR   # one Parquet file per config",
+        f"cf-tasks publish --repo-id {repo_id} --seed {exp.seed} --dry-run --out DIR   # this repository's layout",
+        "```", "",
+        "## Citation", "",
+        "```bibtex", "\n\n".join(citations(exp)), "```",
+        CARD_END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def citations(exp: Export) -> list[str]:
+    """The paper's BibTeX, then any other a builder declares as ``CITATION`` (once each)."""
+    import dataset_builders
+
+    found = [CITATION]
+    for name in exp.configs:
+        extra = getattr(dataset_builders.builder(name), "CITATION", None)
+        if extra and extra.strip() not in found:
+            found.append(extra.strip())
+    return found
+
+
+def render_card(exp: Export, repo_id: str) -> str:
+    return _card_text(card_metadata(exp), card_body(exp, repo_id))
+
+
+def _card_text(metadata: dict[str, Any], body: str) -> str:
+    text = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000)
+    return f"---\n{text}---\n\n{body.lstrip(chr(10))}"
+
+
+def _split_card(text: str) -> tuple[dict[str, Any], str]:
+    """(metadata, body) of a card; ``PublishError`` when its YAML header does not parse."""
+    from huggingface_hub import DatasetCard
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK
+
+    try:
+        card = DatasetCard(text, ignore_metadata_errors=True)
+        # Read the YAML ourselves too: CardData reorders keys, and the user's order should survive.
+        match = REGEX_YAML_BLOCK.search(text)
+        metadata = (yaml.safe_load(match.group(2)) if match else None) or {}
+    except (ValueError, yaml.YAMLError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise PublishError(f"the existing {CARD_FILE} has YAML that does not parse ({reason}); "
+                           "fix or remove its metadata block and publish again") from None
+    return metadata, card.text
+
+
+def _config_name(entry: Any, field_name: str) -> str:
+    if not isinstance(entry, dict):
+        raise PublishError(f"the existing {CARD_FILE} has a `{field_name}` entry that is not a mapping "
+                           f"({entry!r}); fix it and publish again")
+    return entry.get("config_name", "default")
+
+
+def _merge_named(old: Any, ours: list[dict], field_name: str) -> list[dict]:
+    """Old entries with their order; ours replace same-named ones, new ones go last."""
+    if old is None:
+        old = []
+    if isinstance(old, dict):  # a single-config card may hold one mapping instead of a list
+        old = [{"config_name": old.get("config_name", "default"), **old}]
+    if not isinstance(old, list):
+        raise PublishError(f"the existing {CARD_FILE} has a `{field_name}` field that is not a list; "
+                           "fix it and publish again")
+    by_name = {e["config_name"]: e for e in ours}
+    merged, done = [], set()
+    for entry in old:
+        name = _config_name(entry, field_name)
+        if name in by_name:
+            if name not in done:
+                merged.append(by_name[name])
+                done.add(name)
+        else:
+            merged.append(entry)
+    return merged + [e for name, e in by_name.items() if name not in done]
+
+
+def merge_metadata(existing: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """``existing`` with our keys updated; other keys, configs and their infos are kept."""
+    merged = dict(existing)
+    for key, value in ours.items():
+        if key in ("configs", "dataset_info"):
+            merged[key] = _merge_named(existing.get(key), value, key)
+        elif key == "tags" and isinstance(existing.get(key), list):
+            merged[key] = existing[key] + [t for t in value if t not in existing[key]]
+        else:
+            merged[key] = value
+    ours_names = {e["config_name"] for e in ours.get("configs", [])}
+    if any(e.get("default") for e in merged["configs"] if e.get("config_name", "default") not in ours_names):
+        # The user chose another default config: keep it (a card with two defaults does not load).
+        for e in merged["configs"]:
+            if e.get("config_name") in ours_names:
+                e.pop("default", None)
+    return merged
+
+
+def merge_body(existing: str, ours: str) -> str:
+    """Replace the marked section of ``existing`` with ``ours``; append it when there is none."""
+    ours = ours.strip("\n")
+    start, end = existing.find(CARD_BEGIN), existing.find(CARD_END)
+    if start != -1 and end > start:
+        return existing[:start] + ours + existing[end + len(CARD_END):]
+    if not existing.strip():
+        return ours + "\n"
+    return existing.rstrip("\n") + "\n\n" + ours + "\n"
+
+
+def merge_card(existing: str | None, ours: str) -> str:
+    """The card to write: ``ours`` merged into ``existing`` (see the module docstring)."""
+    if not existing or not existing.strip():
+        return ours
+    old_meta, old_body = _split_card(existing)
+    new_meta, new_body = _split_card(ours)
+    return _card_text(merge_metadata(old_meta, new_meta), merge_body(old_body, new_body))
+
+
+# --------------------------------------------------------------------------- upload
+
+
+def _hub_error(action: str, repo_id: str, err: Exception, token: str | None) -> PublishError:
+    """One line for a failed Hub call, without the token."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    status = None
+    if isinstance(err, HfHubHTTPError) and getattr(err, "response", None) is not None:
+        status = err.response.status_code
+    detail = (getattr(err, "server_message", None) or str(err) or type(err).__name__).strip()
+    detail = redact(detail.splitlines()[0] if detail else type(err).__name__, token)
+    if status in (401, 403):
+        fix = "check that HF_TOKEN (or `hf auth login`) is a token with write access to " + repo_id.split("/")[0]
+    elif status == 412:
+        fix = "the repository changed while publishing; run the command again"
+    elif status is None:
+        fix = "check the network connection (and that HF_HUB_OFFLINE is not set) and try again"
+    else:
+        fix = "check the repo id and branch, then try again"
+    code = f"HTTP {status}: " if status else ""
+    return PublishError(f"could not {action} {repo_id} ({code}{detail}); {fix}")
+
+
+def read_remote_card(api, repo_id: str, revision: str) -> str | None:
+    """The card at ``revision``, or ``None`` when the repository has none yet."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = api.hf_hub_download(repo_id, CARD_FILE, repo_type="dataset", revision=revision)
+    except EntryNotFoundError:
+        return None
+    return Path(path).read_text(encoding="utf-8")
+
+
+def upload(out: Path, exp: Export, repo_id: str, token: str, *, private: bool = False,
+           revision: str = "main") -> Any:
+    """Create ``repo_id`` if needed, merge its card into ``out`` and push the export in one commit.
+
+    Returns the ``CommitInfo`` (its ``oid`` is the revision to pin).
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    from dataset_builders.serialize import atomic_write
+
+    api = HfApi(token=token)
+    step = "create the dataset repository"
+    try:
+        api.create_repo(repo_id, repo_type="dataset", private=True if private else None, exist_ok=True)
+        if revision != "main":
+            step = f"create branch {revision!r} in"
+            api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True)
+        step = "read the current revision of"
+        parent = api.dataset_info(repo_id, revision=revision).sha
+        step = "read the dataset card of"
+        remote_card = read_remote_card(api, repo_id, parent or revision)
+    except OSError as err:  # HfHubHTTPError, connection and offline errors are all OSErrors
+        raise _hub_error(step, repo_id, err, token) from None
+    # The card is merged into the remote one as read at ``parent``; the commit names that parent,
+    # so an edit pushed in between makes the commit fail instead of being overwritten.
+    atomic_write(Path(out) / CARD_FILE, merge_card(remote_card, render_card(exp, repo_id)).encode("utf-8"))
+    operations = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(Path(out) / p)) for p in exp.files()]
+    try:
+        return api.create_commit(
+            repo_id, operations, repo_type="dataset", revision=revision, parent_commit=parent,
+            commit_message=f"cf-tasks: publish {', '.join(exp.configs)} (seed {exp.seed})",
+        )
+    except OSError as err:
+        raise _hub_error("upload to", repo_id, err, token) from None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _is_local(hub_repo: str) -> bool:
+    return Path(hub_repo).expanduser().is_dir()
+
+
+def check_pinned(hub_repo: str, revision: str | None) -> None:
+    """``revision`` must be a commit sha or a tag of ``hub_repo``; else ``PublishError``.
+
+    A 40-hex sha is accepted as is; any other name is looked up among the repository's tags
+    (a branch moves, so it is refused). With ``HF_HUB_OFFLINE`` the lookup is skipped.
+    """
+    fix = (f"pin it in --metadata, e.g. '{{\"hub_repo\": \"{hub_repo}\", \"revision\": \"<commit sha>\"}}' "
+           f"(the sha `cf-tasks publish` printed, or a tag)")
+    if not revision:
+        raise PublishError(f"hub_repo {hub_repo!r} needs a pinned revision; {fix}")
+    if _SHA.match(revision):
+        return
+    if revision in MOVING_BRANCHES:
+        raise PublishError(f"revision {revision!r} of {hub_repo} is a branch, which can move; {fix}")
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        logger.info("offline: cannot check that %r is a tag of %s", revision, hub_repo)
+        return
+    tags, branches = _refs(hub_repo)
+    if revision in tags:
+        return
+    kind = "a branch, which can move" if revision in branches else "not a tag"
+    raise PublishError(f"revision {revision!r} of {hub_repo} is {kind}; {fix}")
+
+
+@lru_cache(maxsize=32)
+def _refs(hub_repo: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(tags, branches) of a Hub dataset; cached because every task variant loads its dataset."""
+    from huggingface_hub import HfApi
+
+    try:
+        refs = HfApi().list_repo_refs(hub_repo, repo_type="dataset")
+    except OSError as err:
+        raise _hub_error("list the tags of", hub_repo, err, None) from None
+    tags = frozenset({t.name for t in refs.tags} | {t.ref for t in refs.tags})
+    return tags, frozenset(b.name for b in refs.branches)
+
+
+def load_published(hub_repo: str, dataset: str, revision: str | None):
+    """The ``test`` split of config ``dataset`` of a published copy, as a ``datasets.Dataset``.
+
+    ``hub_repo`` is a Hub repo id (``revision`` must be a commit sha or a tag) or a local folder
+    holding an export (``cf-tasks publish --dry-run --out DIR``; ``revision`` is then ignored).
+    The result has the same features as the in-process build (``cf_tasks.tasks.built_dataset``).
+    """
+    import datasets
+
+    import dataset_builders
+
+    local = _is_local(hub_repo)
+    if not local:
+        try:
+            check_repo_id(hub_repo)
+        except PublishError:
+            raise PublishError(f"hub_repo {hub_repo!r} is neither a folder nor a Hub repo id ORG/NAME; "
+                               "fix hub_repo in --metadata") from None
+        check_pinned(hub_repo, revision)
+    elif revision:
+        logger.info("hub_repo %s is a local folder; revision %r is ignored", hub_repo, revision)
+    ds = datasets.load_dataset(str(Path(hub_repo).expanduser()) if local else hub_repo, dataset,
+                               revision=None if local else revision, split=SPLIT)
+    expected = features()
+    if set(ds.column_names) != set(expected):
+        missing = sorted(set(expected) - set(ds.column_names))
+        extra = sorted(set(ds.column_names) - set(expected))
+        raise PublishError(f"{dataset} at {hub_repo}@{revision} has other columns than this cf-tasks "
+                           f"(missing {missing}, extra {extra}); pin a revision published by this version "
+                           "or build in-process (drop hub_repo)")
+    ds = ds.select_columns(list(expected))
+    if ds.features != expected:
+        ds = ds.cast(expected)
+    current = dataset_builders.version(dataset)
+    versions = set(ds.unique("version")) if len(ds) else {current}
+    if versions != {current}:
+        logger.warning("%s at %s@%s was built by builder version(s) %s; this cf-tasks builds version %s",
+                       dataset, hub_repo, revision, sorted(versions), current)
+    return ds
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .cli import UsageError, _writable_dir
+
+    try:
+        check_repo_id(args.repo_id)
+        if args.dry_run and not args.out:
+            raise PublishError("--dry-run needs --out DIR, the folder to export to")
+        token = None if args.dry_run else get_token()
+    except PublishError as err:
+        raise UsageError(str(err)) from None
+    try:
+        with tempfile.TemporaryDirectory(prefix="cf-tasks-publish-") as tmp:
+            out = _writable_dir(args.out) if args.out else Path(tmp)
+            # A dry run merges into the card already in --out; an upload merges into the remote card.
+            exp = export(out, args.seed, args.repo_id, progress=not args.quiet,
+                         existing_card=None if args.dry_run else "")
+            commit = None
+            if not args.dry_run:
+                commit = upload(out, exp, args.repo_id, token, private=args.private, revision=args.revision)
+    except PublishError as err:
+        raise UsageError(redact(str(err), token)) from None
+    if not args.quiet:
+        for name, c in exp.configs.items():
+            print(f"{name:16s} {c.count:6d} items  v{c.version}  {c.path}")
+        if commit is None:
+            print(f"exported {len(exp.configs)} config(s) with seed {args.seed} to {out} "
+                  f"(check with: datasets.load_dataset({str(out)!r}, {DEFAULT_CONFIG!r}))")
+        else:
+            sha = getattr(commit, "oid", None) or "<commit sha>"
+            print(f"published {len(exp.configs)} config(s) with seed {args.seed} to "
+                  f"https://huggingface.co/datasets/{args.repo_id} ({args.revision} @ {sha})")
+            print(f"evaluate it with: --metadata '{{\"hub_repo\": \"{args.repo_id}\", \"revision\": \"{sha}\"}}'")
+    return 0
+
+
+def add_publish_parser(sub) -> None:
+    """Register ``cf-tasks publish`` on the CLI's subparsers."""
+    from dataset_builders import DEFAULT_SEED
+
+    p = sub.add_parser("publish", help="build every dataset and publish it as a Hub dataset repository")
+    p.add_argument("--repo-id", required=True, help="Hub dataset repository, ORG/NAME")
+    p.add_argument("--private", action="store_true", help="create the repository as private")
+    p.add_argument("--revision", default="main", help="branch to commit to (default main)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"builder seed (default {DEFAULT_SEED})")
+    p.add_argument("--dry-run", action="store_true", help="write the repository layout to --out; upload nothing")
+    p.add_argument("--out", default=None, help="folder for the layout (required with --dry-run)")
+    p.add_argument("--quiet", action="store_true", help="no progress or summary output")
+    p.set_defaults(func=cmd_publish)

