@@ -78,10 +78,11 @@ def main() -> None:
             if args.backend == "vllm":
                 model, margs = "vllm", f"pretrained={base},lora_local_path={adapter},max_lora_rank=8,enforce_eager=True,dtype=float32"
             else:
-                model, margs = "hf", f"pretrained={base},peft={adapter},dtype=float32,device=cpu"
+                model, margs = "hf", f"pretrained={base},peft={adapter},dtype=float32"
             subprocess.run([str(bindir / "lm_eval"), "--model", model, "--model_args", margs, "--tasks", args.tasks,
                             "--include_path", str(task_yamls_path()), "--limit", str(args.limit), "--batch_size", "8",
-                            "--output_path", str(out)], check=True, env=env)
+                            "--output_path", str(out), *(["--device", "cpu"] if args.backend == "hf" else [])],
+                           check=True, env=env)
             results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]
             for task, metrics in results.items():
                 for key, value in metrics.items():
