@@ -16,8 +16,8 @@ def our_task_names() -> set[str]:
     return set(task_manager(include_defaults=False).all_tasks)
 
 
-def needs_builtin_tasks(tasks: list[str], ours: set[str] | None = None) -> bool:
-    ours = our_task_names() if ours is None else ours
+def needs_builtin_tasks(tasks: list[str]) -> bool:
+    ours = our_task_names()
     return any(t not in ours for t in tasks)
 
 
