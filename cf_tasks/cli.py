@@ -150,6 +150,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval, settle_seconds=args.settle_seconds, max_polls=args.max_polls,
         device=args.device, tensor_parallel_size=args.tensor_parallel_size,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
+        lora_group=args.lora_group,
     )
     try:
         failed = run_sweep(cfg)
@@ -220,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_polls", type=int, default=None, help="with --watch, stop after this many polls")
     p.add_argument("--device", default=None, help="hf backend device (default cuda if available, else cpu)")
     p.add_argument("--tensor_parallel_size", type=int, default=1, help="vllm backend tensor parallelism")
+    p.add_argument("--lora_group", type=int, default=4,
+                   help="hf backend: LoRA adapters of one base generated together in one batch (1: one at a time)")
     p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
     p.set_defaults(func=cmd_sweep)

@@ -153,6 +153,34 @@ def test_lora_sweep_with_base_and_shards_merge(run_dir, tmp_path):
     assert (merged / "inversion.png").is_file()
 
 
+def _responses(samples):
+    return {s["doc_id"]: s["resps"] for s in samples}
+
+
+def test_lora_group_generates_adapters_together_with_the_answers_of_separate_runs(run_dir, tmp_path, monkeypatch):
+    import cf_tasks.sweep as sweep
+
+    backends = []
+    real = sweep.make_backend
+    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
+    out = tmp_path / "grouped"
+    cfg = SweepConfig(run_dir=run_dir["lora"], tasks=["cf_capitals"], output_path=out, backend="hf", limit=4,
+                      batch_size=2, device="cpu", lora_group=4)
+    assert run_sweep(cfg, log=lambda *a, **k: None) == 0
+    # Both adapters were generated in the first adapter's batches (4 items / batch 2 = 2 batches);
+    # the second adapter's lm-eval run got its answers back for those same 2 batches.
+    assert backends[0].lm.stats == {"group_batches": 2, "reused_batches": 2}
+    grouped = {}
+    for step in (10, 20):
+        lines = (out / "checkpoints" / f"step_{step}" / "samples_cf_capitals.jsonl").read_text().splitlines()
+        grouped[step] = _responses(json.loads(line) for line in lines)
+        fresh = run_lm_eval("hf", ["cf_capitals"], model_args=f"pretrained={run_dir['base']},peft="
+                            f"{run_dir['lora'] / f'step_{step}'},dtype=float32,device=cpu", limit=4,
+                            batch_size=2, log_samples=True)
+        assert grouped[step] == _responses(fresh["samples"]["cf_capitals"]), step
+    assert grouped[10] != grouped[20]  # the adapters answer differently, so a mix-up would show
+
+
 def test_bad_run_folders_are_one_line_errors(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
