@@ -48,7 +48,8 @@ def default_model_path(cache: Path | None = None) -> Path:
     """A transformers folder of the default model, converting the GGUF file on first use."""
     source = gguf_path()
     folder = Path(cache or cache_root()) / MODEL_NAME
-    stamp = {"source": str(source), "size": source.stat().st_size, "conversion": CONVERSION_VERSION}
+    # The file's name and size, not its path: environments with the same wheel share one cache.
+    stamp = {"source": source.name, "size": source.stat().st_size, "conversion": CONVERSION_VERSION}
     marker = folder / "cf_tasks_conversion.json"
     if marker.is_file() and json.loads(marker.read_text()) == stamp:
         return folder

@@ -312,6 +312,7 @@ class VLLMBackend:
         self.group_size = max(1, int(cfg.lora_group))
         self.pending: list[Checkpoint] = []
         self.adapter_names: dict[Path, str] = {}
+        self.reloads = 0
 
     def _new_engine(self, pretrained: str, lora_path: str | None):
         VLLM = _sweep_vllm_class()
@@ -372,9 +373,29 @@ class VLLMBackend:
             self.lm.lora_request = self.lm.lora_requests[name]
             self.lm.active = name if len(self.adapter_names) > 1 else None
             return self.lm
-        # vLLM offers no public API to swap full weights into a running engine: restart it.
+        if self.lm is not None and self._reload(ckpt):
+            return self.lm
         self._new_engine(str(ckpt.path), lora_path=None)
         return self.lm
+
+    def _reload(self, ckpt: Checkpoint) -> bool:
+        """Load a full checkpoint's weights into the running engine (vLLM's worker
+        ``reload_weights``) when the architecture matches; False means restart the engine."""
+        engine = self.lm.model
+        if not (hasattr(engine, "collective_rpc") and _same_config(self.loaded_from, ckpt.path)
+                and _same_tokenizer(self.loaded_from, ckpt.path)):
+            return False
+        try:
+            engine.collective_rpc("reload_weights", kwargs={"weights_path": str(ckpt.path)})
+            engine.reset_prefix_cache()  # cached prompt states belong to the old weights
+        except Exception as err:  # older vLLM, or a worker without in-place reload
+            print(f"cf-tasks: vLLM could not reload weights in place ({type(err).__name__}); restarting the engine",
+                  file=sys.stderr)
+            return False
+        self.loaded_from = str(ckpt.path)
+        self.lm.lora_request, self.lm.active = None, None
+        self.reloads += 1
+        return True
 
     def base_model(self, base: str):
         if self.loaded_from != base:
@@ -382,6 +403,30 @@ class VLLMBackend:
         self.lm.lora_request = None
         self.lm.active = None
         return self.lm
+
+
+ARCHITECTURE_KEYS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "num_key_value_heads", "vocab_size", "intermediate_size", "tie_word_embeddings")
+
+
+def _same_config(old: str | Path | None, new: Path) -> bool:
+    """Two model folders whose configs agree on the architecture (so weights can be swapped)."""
+    try:
+        a = json.loads((Path(old) / "config.json").read_text())
+        b = json.loads((Path(new) / "config.json").read_text())
+    except (OSError, TypeError, json.JSONDecodeError):
+        return False
+    return all(a.get(k) == b.get(k) for k in ARCHITECTURE_KEYS)
+
+
+def _same_tokenizer(old: str | Path | None, new: Path) -> bool:
+    """lm-eval's VLLM keeps the tokenizer it was started with: only swap weights under the same one."""
+    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json")
+    for name in names:
+        a, b = Path(old or "") / name, Path(new) / name
+        if a.is_file() != b.is_file() or (a.is_file() and a.read_bytes() != b.read_bytes()):
+            return False
+    return True
 
 
 def import_lm_eval_vllm():

@@ -75,3 +75,29 @@ def test_one_engine_serves_adapters_like_separate_runs(lora_run, tmp_path, monke
             for metric in ("counterfactual_acc", "parametric_acc", "neither_rate"):
                 assert swept[(step, task, metric)] == pytest.approx(separate["results"][task][f"{metric},none"])
         del lm
+
+
+def test_full_checkpoints_reload_weights_into_the_running_engine(lora_run, tmp_path, monkeypatch):
+    import cf_tasks.sweep as sweep
+    from cf_tasks.evaluate import run_lm_eval
+    from cf_tasks.sweep import SweepConfig, import_lm_eval_vllm, run_sweep
+    from test_sweep import _make_full
+
+    base, _ = lora_run
+    run = tmp_path / "run"
+    run.mkdir()
+    for step, seed in ((1, 31), (2, 32)):
+        _make_full(base, run / f"checkpoint-{step}", seed)
+    backends = []
+    real = sweep.make_backend
+    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
+    out = tmp_path / "out"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_quotes"], output_path=out, backend="vllm", limit=3)) == 0
+    assert backends[0].reloads == 1  # the second checkpoint's weights went into the first engine
+    swept = {step: [json.loads(line)["resps"][0][0] for line in
+                    (out / "checkpoints" / f"checkpoint-{step}" / "samples_cf_quotes.jsonl").open()]
+             for step in (1, 2)}
+    assert swept[1] != swept[2]
+    lm = import_lm_eval_vllm()(pretrained=str(run / "checkpoint-2"), dtype="float32", enforce_eager=True,
+                               gpu_memory_utilization=0.25)
+    assert _generations(run_lm_eval(lm, ["cf_quotes"], limit=3, log_samples=True)["samples"])["cf_quotes"] == swept[2]
