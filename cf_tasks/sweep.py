@@ -132,7 +132,32 @@ def _groupable(ckpt: Checkpoint) -> bool:
     return str(config.get("peft_type", "LORA")).upper() == "LORA" and not config.get("use_dora")
 
 
-class HFBackend:
+class _AdapterGroups:
+    """Bookkeeping shared by the backends for generating LoRA adapters in groups: ``pending`` is
+    the adapters still to score, in order; ``adapter_names`` maps the loaded group's paths to
+    the names the model wrapper (``lm.active`` / ``lm.waiting`` / ``lm.gen_cache``) uses."""
+
+    lm: Any = None
+    pending: list[Checkpoint]
+    adapter_names: dict[Path, str]
+
+    def plan(self, todo: list[Checkpoint]) -> None:
+        """The checkpoints about to be scored, in order: the adapters a group is drawn from."""
+        self.pending = [c for c in todo if c.kind == "lora" and not c.error]
+
+    def finished(self, ckpt: Checkpoint) -> None:
+        """Forget a scored (or failed) adapter's place in its group and its kept generations."""
+        name = self.adapter_names.get(ckpt.path)
+        self.pending = [c for c in self.pending if c.path != ckpt.path]
+        if self.lm is None or name is None:
+            return
+        self.lm.waiting = [n for n in self.lm.waiting if n != name]
+        self.lm.gen_cache = {k: v for k, v in self.lm.gen_cache.items() if k[0] != name}
+        if self.lm.active == name:
+            self.lm.active = None
+
+
+class HFBackend(_AdapterGroups):
     """transformers through lm-eval's HFLM; one model object, weights and adapters swapped in.
 
     LoRA adapters of the same base are loaded ``lora_group`` at a time into one peft model and
@@ -157,21 +182,6 @@ class HFBackend:
         self.lm.gen_cache, self.lm.stats, self.lm.waiting = {}, {}, []
         self.loaded_from = pretrained
         self.adapter_names = {}
-
-    def plan(self, todo: list[Checkpoint]) -> None:
-        """The checkpoints about to be scored, in order: the adapters a group is drawn from."""
-        self.pending = [c for c in todo if c.kind == "lora" and not c.error]
-
-    def finished(self, ckpt: Checkpoint) -> None:
-        """Forget a scored (or failed) adapter's place in its group and its kept generations."""
-        name = self.adapter_names.get(ckpt.path)
-        self.pending = [c for c in self.pending if c.path != ckpt.path]
-        if self.lm is None or name is None:
-            return
-        self.lm.waiting = [n for n in self.lm.waiting if n != name]
-        self.lm.gen_cache = {k: v for k, v in self.lm.gen_cache.items() if k[0] != name}
-        if self.lm.active == name:
-            self.lm.active = None
 
     def model_for(self, ckpt: Checkpoint):
         if ckpt.kind == "lora":
@@ -295,7 +305,7 @@ def _sweep_vllm_class():
     return SweepVLLM
 
 
-class VLLMBackend:
+class VLLMBackend(_AdapterGroups):
     """One vLLM engine for the base model; LoRA adapters are served in turn, each with its own id,
     and generated ``lora_group`` at a time in one batch (see ``_sweep_vllm_class``)."""
 
@@ -336,19 +346,6 @@ class VLLMBackend:
         self.lm.gen_cache, self.lm.stats, self.lm.waiting, self.lm.lora_requests = {}, {}, [], {}
         self.loaded_from = pretrained
         self.adapter_names = {}
-
-    def plan(self, todo: list[Checkpoint]) -> None:
-        self.pending = [c for c in todo if c.kind == "lora" and not c.error]
-
-    def finished(self, ckpt: Checkpoint) -> None:
-        name = self.adapter_names.get(ckpt.path)
-        self.pending = [c for c in self.pending if c.path != ckpt.path]
-        if self.lm is None or name is None:
-            return
-        self.lm.waiting = [n for n in self.lm.waiting if n != name]
-        self.lm.gen_cache = {k: v for k, v in self.lm.gen_cache.items() if k[0] != name}
-        if self.lm.active == name:
-            self.lm.active = None
 
     def _request(self, ckpt: Checkpoint):
         from vllm.lora.request import LoRARequest

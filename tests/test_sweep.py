@@ -181,6 +181,29 @@ def test_lora_group_generates_adapters_together_with_the_answers_of_separate_run
     assert grouped[10] != grouped[20]  # the adapters answer differently, so a mix-up would show
 
 
+def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, monkeypatch, capsys):
+    import cf_tasks.sweep as sweep
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(run_dir["lora"] / "step_10", run / "step_10")
+    shutil.copytree(run_dir["lora"] / "step_10", run / "step_15")
+    (run / "step_15" / "adapter_model.safetensors").write_bytes(b"\x00not safetensors")
+    shutil.copytree(run_dir["lora"] / "step_20", run / "step_20")
+    backends = []
+    real = sweep.make_backend
+    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
+    out = tmp_path / "out"
+    cfg = SweepConfig(run_dir=run, tasks=["cf_quotes"], output_path=out, backend="hf", limit=2, device="cpu")
+    assert run_sweep(cfg) == 1
+    manifest = json.loads((out / "manifest.json").read_text())["checkpoints"]
+    status = {e["name"]: e["status"] for e in manifest.values()}
+    assert status == {"step_10": "done", "step_15": "failed", "step_20": "done"}
+    assert "step_15" in capsys.readouterr().err
+    # step_10 and step_20 were still generated together, past the corrupt one.
+    assert backends[0].lm.stats["group_batches"] == backends[0].lm.stats["reused_batches"] > 0
+
+
 def test_bad_run_folders_are_one_line_errors(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
