@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="hf backend device (default cuda if available, else cpu)")
     p.add_argument("--tensor_parallel_size", type=int, default=1, help="vllm backend tensor parallelism")
     p.add_argument("--lora_group", type=int, default=4,
-                   help="hf backend: LoRA adapters of one base generated together in one batch (1: one at a time)")
+                   help="LoRA adapters of one base generated together in one batch (1: one at a time)")
     p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
     p.set_defaults(func=cmd_sweep)

@@ -96,8 +96,11 @@ def _sweep_hflm_class():
         gen_cache: dict = {}
         stats: dict = {}
 
+        group_failed = False
+
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
-            if self.active is None:
+            if self.active is None or generation_kwargs.get("do_sample"):
+                # Sampled rows would draw from each other's random streams: no grouping.
                 return super()._model_generate(context, max_length, stop, **generation_kwargs)
             key = _generation_key(context, max_length, stop, generation_kwargs)
             cached = self.gen_cache.pop((self.active, key), None)
@@ -105,15 +108,21 @@ def _sweep_hflm_class():
                 self.stats["reused_batches"] = self.stats.get("reused_batches", 0) + 1
                 return cached.to(context.device)
             names = [self.active, *[n for n in self.waiting if n != self.active]]
-            if len(names) == 1:
+            if len(names) == 1 or self.group_failed:
                 return super()._model_generate(context, max_length, stop, **generation_kwargs)
             rows = context.shape[0]
-            mask = generation_kwargs.pop("attention_mask", None)
+            grouped = dict(generation_kwargs)
+            mask = grouped.pop("attention_mask", None)
             if mask is not None:
-                generation_kwargs["attention_mask"] = mask.repeat(len(names), 1)
-            out = super()._model_generate(context.repeat(len(names), 1), max_length, stop,
-                                          adapter_names=[n for n in names for _ in range(rows)],
-                                          **generation_kwargs)
+                grouped["attention_mask"] = mask.repeat(len(names), 1)
+            try:
+                out = super()._model_generate(context.repeat(len(names), 1), max_length, stop,
+                                              adapter_names=[n for n in names for _ in range(rows)], **grouped)
+            except Exception as err:  # e.g. out of memory at N x batch: each adapter on its own
+                _group_failed_notice(err)
+                self.group_failed = True
+                _free_memory()
+                return super()._model_generate(context, max_length, stop, **generation_kwargs)
             chunks = out.split(rows)
             for name, chunk in zip(names[1:], chunks[1:]):
                 self.gen_cache[(name, key)] = chunk.clone()
@@ -121,6 +130,12 @@ def _sweep_hflm_class():
             return chunks[0]
 
     return SweepHFLM
+
+
+def _group_failed_notice(err: Exception) -> None:
+    reason = " ".join(str(err).split())[:200] or type(err).__name__
+    print(f"cf-tasks: generating LoRA adapters together failed ({type(err).__name__}: {reason}); "
+          "generating each adapter on its own (pass --lora_group 1 to skip the attempt)", file=sys.stderr)
 
 
 def _groupable(ckpt: Checkpoint) -> bool:
@@ -146,8 +161,9 @@ class _AdapterGroups:
         self.pending = [c for c in todo if c.kind == "lora" and not c.error]
 
     def finished(self, ckpt: Checkpoint) -> None:
-        """Forget a scored (or failed) adapter's place in its group and its kept generations."""
-        name = self.adapter_names.get(ckpt.path)
+        """Forget a scored (or failed) adapter's place in its group and its kept generations. A
+        later re-score (a re-saved checkpoint under --watch) loads it afresh."""
+        name = self.adapter_names.pop(ckpt.path, None)
         self.pending = [c for c in self.pending if c.path != ckpt.path]
         if self.lm is None or name is None:
             return
@@ -155,6 +171,23 @@ class _AdapterGroups:
         self.lm.gen_cache = {k: v for k, v in self.lm.gen_cache.items() if k[0] != name}
         if self.lm.active == name:
             self.lm.active = None
+
+
+    def _mates(self, ckpt: Checkpoint, limit: int, max_rank: int | None = None) -> list[Checkpoint]:
+        """Adapters due after ``ckpt`` that can share its batches: same base, plain LoRA, weights
+        that open, and a rank the engine was sized for. Anything else is scored on its own."""
+        if limit <= 0 or not _groupable(ckpt):
+            return []
+        mates = []
+        for c in self.pending:
+            if len(mates) == limit:
+                break
+            if c.path == ckpt.path or c.base != ckpt.base or not _groupable(c) or check_weights(c) is not None:
+                continue
+            if max_rank is not None and (c.lora_rank or 0) > max_rank:
+                continue
+            mates.append(c)
+        return mates
 
 
 class HFBackend(_AdapterGroups):
@@ -174,7 +207,8 @@ class HFBackend(_AdapterGroups):
         # An automatic batch size already fills the device: repeating it per adapter would not fit.
         self.group_size = 1 if str(cfg.batch_size).startswith("auto") else max(1, int(cfg.lora_group))
         self.pending: list[Checkpoint] = []
-        self.adapter_names: dict[Path, str] = {}  # adapters loaded in the current peft model
+        self.adapter_names: dict[Path, str] = {}  # adapters of the loaded group still to score
+        self.names_used = 0
 
     def _new_lm(self, pretrained: str):
         self.lm = _sweep_hflm_class()(pretrained=pretrained, device=self.device, dtype="float32",
@@ -205,12 +239,34 @@ class HFBackend(_AdapterGroups):
     def _lora(self, ckpt: Checkpoint):
         if self.lm is None or self.loaded_from != ckpt.base:
             self._new_lm(ckpt.base)
+        solo = False
         if ckpt.path not in self.adapter_names:
-            self._load_group(ckpt)
+            if self.adapter_names:
+                # Members of the loaded group still wait (this one was left out of it, e.g. its
+                # load failed then): attach it beside them instead of dropping their answers.
+                self._attach(ckpt)
+                solo = True
+            else:
+                self._load_group(ckpt)
         name = self.adapter_names[ckpt.path]
         self.lm.model.set_adapter(name)
-        self.lm.active = name if len(self.adapter_names) > 1 else None
+        self.lm.active = None if solo else name
         return self.lm
+
+    def _attach(self, ckpt: Checkpoint) -> str:
+        """Load one more adapter into the peft model under a fresh name. peft registers the
+        config before it loads the weights, so a failed load is deleted again: a later adapter
+        must never inherit it."""
+        name = f"a{self.names_used}"
+        self.names_used += 1
+        try:
+            self.lm._model.load_adapter(str(ckpt.path), adapter_name=name, is_trainable=False)
+        except Exception:
+            if name in self.lm._model.peft_config:
+                self.lm._model.delete_adapter(name)
+            raise
+        self.adapter_names[ckpt.path] = name
+        return name
 
     def _load_group(self, ckpt: Checkpoint) -> None:
         """Load ``ckpt`` and up to ``group_size - 1`` adapters due after it (same base) together."""
@@ -218,18 +274,14 @@ class HFBackend(_AdapterGroups):
 
         self._unwrap_peft()
         self.lm.gen_cache = {}
-        self.adapter_names = {ckpt.path: "a0"}
+        self.adapter_names, self.names_used = {ckpt.path: "a0"}, 1
         self.lm._model = PeftModel.from_pretrained(self.lm.model, str(ckpt.path), adapter_name="a0",
                                                    is_trainable=False)
-        if self.group_size > 1 and _groupable(ckpt):
-            mates = [c for c in self.pending if c.path != ckpt.path and c.base == ckpt.base and _groupable(c)]
-            for mate in mates[: self.group_size - 1]:
-                name = f"a{len(self.adapter_names)}"
-                try:
-                    self.lm._model.load_adapter(str(mate.path), adapter_name=name, is_trainable=False)
-                except Exception:  # it fails again, with its own error, when its turn comes
-                    continue
-                self.adapter_names[mate.path] = name
+        for mate in self._mates(ckpt, self.group_size - 1):
+            try:
+                self._attach(mate)
+            except Exception:  # it fails again, with its own error, when its turn comes
+                continue
         self.lm.waiting = list(self.adapter_names.values())
         self.lm._model.eval()
 
@@ -275,10 +327,14 @@ def _sweep_vllm_class():
         stats: dict = {}
         lora_requests: dict = {}
 
+        group_failed = False
+
         def _model_generate(self, requests, generate=False, sampling_params=None):
             if not generate or sampling_params is None or self.active is None or self.data_parallel_size > 1:
                 return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
             params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(requests)
+            if any((sp.temperature or 0) > 0 for sp in params):  # sampled: no grouping
+                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
             import hashlib
 
             key = hashlib.sha256(repr(([list(r) for r in requests], [repr(sp) for sp in params])).encode()).hexdigest()
@@ -287,15 +343,20 @@ def _sweep_vllm_class():
                 self.stats["reused_batches"] = self.stats.get("reused_batches", 0) + 1
                 return cached
             names = [self.active, *[n for n in self.waiting if n != self.active]]
-            if len(names) == 1:
+            if len(names) == 1 or self.group_failed:
                 return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
             from vllm.inputs import TokensPrompt
 
             prompts = [TokensPrompt(prompt_token_ids=list(r)) for r in requests]
-            outputs = self.model.generate(
-                prompts * len(names), sampling_params=params * len(names), use_tqdm=self.batch_size == "auto",
-                lora_request=[self.lora_requests[n] for n in names for _ in requests],
-            )
+            try:
+                outputs = self.model.generate(
+                    prompts * len(names), sampling_params=params * len(names), use_tqdm=self.batch_size == "auto",
+                    lora_request=[self.lora_requests[n] for n in names for _ in requests],
+                )
+            except Exception as err:
+                _group_failed_notice(err)
+                self.group_failed = True
+                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
             n = len(requests)
             for i, name in enumerate(names[1:], start=1):
                 self.gen_cache[(name, key)] = outputs[i * n:(i + 1) * n]
@@ -360,15 +421,13 @@ class VLLMBackend(_AdapterGroups):
             if self.loaded_from != ckpt.base:
                 self._new_engine(ckpt.base, lora_path=str(ckpt.path))
             if ckpt.path not in self.adapter_names:
-                group = [ckpt]
-                if self.group_size > 1:
-                    group += [c for c in self.pending if c.path != ckpt.path and c.base == ckpt.base][: self.group_size - 1]
+                group = [ckpt, *self._mates(ckpt, self.group_size - 1, max_rank=_lora_rank_bucket(self.max_lora_rank or 0))]
                 self.adapter_names = {c.path: f"a{i}" for i, c in enumerate(group)}
                 self.lm.lora_requests = {f"a{i}": self._request(c) for i, c in enumerate(group)}
                 self.lm.waiting, self.lm.gen_cache = list(self.adapter_names.values()), {}
             name = self.adapter_names[ckpt.path]
             self.lm.lora_request = self.lm.lora_requests[name]
-            self.lm.active = name if len(self.adapter_names) > 1 else None
+            self.lm.active = name
             return self.lm
         if self.lm is not None and self._reload(ckpt):
             return self.lm
@@ -380,11 +439,13 @@ class VLLMBackend(_AdapterGroups):
         ``reload_weights``) when the architecture matches; False means restart the engine."""
         engine = self.lm.model
         if not (hasattr(engine, "collective_rpc") and _same_config(self.loaded_from, ckpt.path)
-                and _same_tokenizer(self.loaded_from, ckpt.path)):
+                and _same_tokenizer(self.loaded_from, ckpt.path) and _same_tensor_names(self.loaded_from, ckpt.path)):
             return False
         try:
             engine.collective_rpc("reload_weights", kwargs={"weights_path": str(ckpt.path)})
-            engine.reset_prefix_cache()  # cached prompt states belong to the old weights
+            # Cached prompt states belong to the old weights.
+            if engine.reset_prefix_cache() is False:
+                raise RuntimeError("the prefix cache could not be reset")
         except Exception as err:  # older vLLM, or a worker without in-place reload
             print(f"cf-tasks: vLLM could not reload weights in place ({type(err).__name__}); restarting the engine",
                   file=sys.stderr)
@@ -402,23 +463,49 @@ class VLLMBackend(_AdapterGroups):
         return self.lm
 
 
-ARCHITECTURE_KEYS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "num_key_value_heads", "vocab_size", "intermediate_size", "tie_word_embeddings")
+CONFIG_KEYS_THAT_MAY_DIFFER = ("_name_or_path", "transformers_version")
 
 
 def _same_config(old: str | Path | None, new: Path) -> bool:
-    """Two model folders whose configs agree on the architecture (so weights can be swapped)."""
+    """Two model folders with the same config.json, but for bookkeeping keys: the running engine
+    keeps the old one's RoPE, context length and the rest, so anything else forces a restart."""
     try:
         a = json.loads((Path(old) / "config.json").read_text())
         b = json.loads((Path(new) / "config.json").read_text())
     except (OSError, TypeError, json.JSONDecodeError):
         return False
-    return all(a.get(k) == b.get(k) for k in ARCHITECTURE_KEYS)
+    for key in CONFIG_KEYS_THAT_MAY_DIFFER:
+        a.pop(key, None)
+        b.pop(key, None)
+    return a == b
+
+
+def _tensor_names(folder: Path) -> set[str] | None:
+    """The tensor names of a safetensors checkpoint, from the headers; None when not safetensors."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            return set(json.loads(index.read_text())["weight_map"])
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
+            return set(handle.keys())
+    except Exception:
+        return None
+
+
+def _same_tensor_names(old: str | Path | None, new: Path) -> bool:
+    """vLLM keeps the old value of a tensor the new checkpoint lacks: swap only complete sets."""
+    if old is None:
+        return False
+    a, b = _tensor_names(Path(old)), _tensor_names(Path(new))
+    return a is not None and a == b
 
 
 def _same_tokenizer(old: str | Path | None, new: Path) -> bool:
     """lm-eval's VLLM keeps the tokenizer it was started with: only swap weights under the same one."""
-    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json")
+    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+             "generation_config.json", "chat_template.jinja")
     for name in names:
         a, b = Path(old or "") / name, Path(new) / name
         if a.is_file() != b.is_file() or (a.is_file() and a.read_bytes() != b.read_bytes()):

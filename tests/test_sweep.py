@@ -33,13 +33,13 @@ def _make_full(src, dest, seed):
         shutil.copy(f, dest / f.name)
 
 
-def _make_lora(base, dest, seed):
+def _make_lora(base, dest, seed, r=4):
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(base)
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
     torch.manual_seed(seed)
     for name, p in peft_model.named_parameters():
         if "lora_" in name:
@@ -202,6 +202,68 @@ def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, monkeypatch
     assert "step_15" in capsys.readouterr().err
     # step_10 and step_20 were still generated together, past the corrupt one.
     assert backends[0].lm.stats["group_batches"] == backends[0].lm.stats["reused_batches"] > 0
+
+
+def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_dir, tmp_path):
+    # peft registers an adapter's config before loading its weights: a mate whose weights fail to
+    # load must not leave its config to the next mate (same rank here, a different scaling).
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copytree(run_dir["lora"] / "step_10", run / "step_10")
+    bad = run / "step_15"
+    _make_lora(run_dir["base"], bad, seed=13, r=2)  # weights open, but their rank is not the config's
+    cfg = json.loads((bad / "adapter_config.json").read_text())
+    (bad / "adapter_config.json").write_text(json.dumps({**cfg, "r": 4}))
+    scaled = run / "step_20"
+    shutil.copytree(run_dir["lora"] / "step_20", scaled)
+    cfg = json.loads((scaled / "adapter_config.json").read_text())
+    (scaled / "adapter_config.json").write_text(json.dumps({**cfg, "lora_alpha": cfg["lora_alpha"] * 64}))
+    import cf_tasks.sweep as sweep
+
+    backends = []
+    real = sweep.make_backend
+    sweep.make_backend = lambda *a: backends.append(real(*a)) or backends[-1]
+    out = tmp_path / "out"
+    try:
+        assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, backend="hf", limit=3,
+                                     batch_size=3, device="cpu"), log=lambda *a, **k: None) == 1
+    finally:
+        sweep.make_backend = real
+    status = {e["name"]: e["status"] for e in json.loads((out / "manifest.json").read_text())["checkpoints"].values()}
+    assert status == {"step_10": "done", "step_15": "failed", "step_20": "done"}
+    # step_20 was generated with step_10 and kept its place while step_15 failed on its own.
+    assert backends[0].lm.stats == {"group_batches": 1, "reused_batches": 1}
+    lines = (out / "checkpoints" / "step_20" / "samples_cf_capitals.jsonl").read_text().splitlines()
+    fresh = run_lm_eval("hf", ["cf_capitals"], model_args=f"pretrained={run_dir['base']},peft={scaled},dtype=float32,"
+                        "device=cpu", limit=3, batch_size=3, log_samples=True)
+    assert _responses(json.loads(line) for line in lines) == _responses(fresh["samples"]["cf_capitals"])
+    unscaled = run_lm_eval("hf", ["cf_capitals"], model_args=f"pretrained={run_dir['base']},peft="
+                           f"{run_dir['lora'] / 'step_20'},dtype=float32,device=cpu", limit=3, batch_size=3,
+                           log_samples=True)
+    # The scaling shows in the answers, so step_20 scored with another adapter's config would fail.
+    assert _responses(fresh["samples"]["cf_capitals"]) != _responses(unscaled["samples"]["cf_capitals"])
+
+
+def test_a_resaved_adapter_is_scored_with_its_new_weights_under_watch(run_dir, tmp_path, monkeypatch):
+    import cf_tasks.sweep as sweep
+
+    run = tmp_path / "live"
+    run.mkdir()
+    for step in (10, 20):
+        shutil.copytree(run_dir["lora"] / f"step_{step}", run / f"step_{step}")
+
+    def resave(_seconds):  # between polls, training re-saves step_20 with step_10's weights
+        shutil.copy(run_dir["lora"] / "step_10" / "adapter_model.safetensors", run / "step_20" / "adapter_model.safetensors")
+
+    monkeypatch.setattr(sweep.time, "sleep", resave)
+    out = tmp_path / "out"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, backend="hf", limit=3,
+                                 batch_size=3, device="cpu", watch=True, poll_interval=0, settle_seconds=0,
+                                 max_polls=2), log=lambda *a, **k: None) == 0
+    answers = {step: _responses(json.loads(line) for line in
+                                (out / "checkpoints" / f"step_{step}" / "samples_cf_capitals.jsonl").open())
+               for step in (10, 20)}
+    assert answers[20] == answers[10]  # not the first poll's step_20, which was still loaded
 
 
 def test_bad_run_folders_are_one_line_errors(tmp_path, capsys):
