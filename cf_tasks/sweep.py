@@ -15,6 +15,8 @@ written atomically, so an interrupt loses only the checkpoint in flight.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
@@ -66,8 +68,6 @@ class SweepConfig:
 def _generation_key(context, max_length: int, stop, kwargs: dict) -> tuple:
     """Identifies one lm-eval generation batch: the same key means the same prompts, padding and
     decoding settings, so the answer of another adapter computed earlier can be reused."""
-    import hashlib
-
     digest = hashlib.sha256(context.cpu().numpy().tobytes())
     mask = kwargs.get("attention_mask")
     if mask is not None:
@@ -76,66 +76,81 @@ def _generation_key(context, max_length: int, stop, kwargs: dict) -> tuple:
     return (tuple(context.shape), digest.hexdigest(), max_length, tuple(stop or ()), tuple(rest))
 
 
+class _GroupedGeneration:
+    """What the hf and vLLM wrappers share: the adapter being scored (``active``), the group's
+    adapters still to score (``waiting``), and the rows generated for them ahead of their turn
+    (``gen_cache``, keyed by adapter name and the exact batch)."""
+
+    def _init_groups(self) -> None:
+        self.active: str | None = None
+        self.waiting: list[str] = []
+        self.gen_cache: dict = {}
+        self.stats: dict = {}
+        self.group_failed = False
+
+    def _serve(self, key, alone, together):
+        """The active adapter's rows for batch ``key``: kept from an earlier group call, or
+        generated now by ``together(names)`` (one chunk per name, active first) for every
+        waiting adapter, or by ``alone()`` when no other adapter waits or grouping failed."""
+        cached = self.gen_cache.pop((self.active, key), None)
+        if cached is not None:
+            self.stats["reused_batches"] = self.stats.get("reused_batches", 0) + 1
+            return cached
+        names = [self.active, *[n for n in self.waiting if n != self.active]]
+        if len(names) == 1 or self.group_failed:
+            return alone()
+        try:
+            chunks = together(names)
+        except Exception as err:  # e.g. out of memory at N x batch: each adapter on its own
+            reason = " ".join(str(err).split())[:200] or type(err).__name__
+            print(f"cf-tasks: generating LoRA adapters together failed ({type(err).__name__}: {reason}); "
+                  "generating each adapter on its own (pass --lora_group 1 to skip the attempt)", file=sys.stderr)
+            self.group_failed = True
+            _free_memory()
+            return alone()
+        for name, chunk in zip(names[1:], chunks[1:]):
+            self.gen_cache[(name, key)] = chunk
+        self.stats["group_batches"] = self.stats.get("group_batches", 0) + 1
+        return chunks[0]
+
+
+@functools.cache
 def _sweep_hflm_class():
     """lm-eval's HFLM, plus generation of a group of LoRA adapters in one batch.
 
     lm-eval hands ``_model_generate`` one batch of prompts. When several adapters of the same
     base wait to be scored, the batch is repeated once per adapter and generated in one call with
     peft's mixed-adapter batches (``adapter_names``): decoding on a CPU or a small model is bound by
-    reading the weights, so 4 x 8 rows cost far less than four batches of 8. The rows of the
-    adapter being scored are returned; the others are kept, keyed by the exact batch, and returned
-    when lm-eval asks for that batch while scoring their adapter. Each row sees the same prompt,
-    padding and greedy decoding as in a batch of its own, so the answers are the same (the tests
-    compare them with separate ``lm_eval --model_args peft=...`` runs).
+    reading the weights, so 4 x 8 rows cost far less than four batches of 8. Each row sees the
+    same prompt, padding and greedy decoding as in a batch of its own, so the answers are the same
+    (the tests compare them with separate ``lm_eval --model_args peft=...`` runs).
     """
     from lm_eval.models.huggingface import HFLM
 
-    class SweepHFLM(HFLM):
-        active: str | None = None
-        waiting: list[str] = []
-        gen_cache: dict = {}
-        stats: dict = {}
-
-        group_failed = False
+    class SweepHFLM(_GroupedGeneration, HFLM):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._init_groups()
 
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
+            def alone():
+                return HFLM._model_generate(self, context, max_length, stop, **generation_kwargs)
+
             if self.active is None or generation_kwargs.get("do_sample"):
-                # Sampled rows would draw from each other's random streams: no grouping.
-                return super()._model_generate(context, max_length, stop, **generation_kwargs)
-            key = _generation_key(context, max_length, stop, generation_kwargs)
-            cached = self.gen_cache.pop((self.active, key), None)
-            if cached is not None:
-                self.stats["reused_batches"] = self.stats.get("reused_batches", 0) + 1
-                return cached.to(context.device)
-            names = [self.active, *[n for n in self.waiting if n != self.active]]
-            if len(names) == 1 or self.group_failed:
-                return super()._model_generate(context, max_length, stop, **generation_kwargs)
-            rows = context.shape[0]
-            grouped = dict(generation_kwargs)
-            mask = grouped.pop("attention_mask", None)
-            if mask is not None:
-                grouped["attention_mask"] = mask.repeat(len(names), 1)
-            try:
-                out = super()._model_generate(context.repeat(len(names), 1), max_length, stop,
-                                              adapter_names=[n for n in names for _ in range(rows)], **grouped)
-            except Exception as err:  # e.g. out of memory at N x batch: each adapter on its own
-                _group_failed_notice(err)
-                self.group_failed = True
-                _free_memory()
-                return super()._model_generate(context, max_length, stop, **generation_kwargs)
-            chunks = out.split(rows)
-            for name, chunk in zip(names[1:], chunks[1:]):
-                self.gen_cache[(name, key)] = chunk.clone()
-            self.stats["group_batches"] = self.stats.get("group_batches", 0) + 1
-            return chunks[0]
+                return alone()  # sampled rows would draw from each other's random streams
+
+            def together(names):
+                grouped = dict(generation_kwargs)
+                if grouped.get("attention_mask") is not None:
+                    grouped["attention_mask"] = grouped["attention_mask"].repeat(len(names), 1)
+                rows = context.shape[0]
+                out = HFLM._model_generate(self, context.repeat(len(names), 1), max_length, stop,
+                                           adapter_names=[n for n in names for _ in range(rows)], **grouped)
+                return [chunk.clone() for chunk in out.split(rows)]
+
+            return self._serve(_generation_key(context, max_length, stop, generation_kwargs), alone, together)
 
     return SweepHFLM
-
-
-def _group_failed_notice(err: Exception) -> None:
-    reason = " ".join(str(err).split())[:200] or type(err).__name__
-    print(f"cf-tasks: generating LoRA adapters together failed ({type(err).__name__}: {reason}); "
-          "generating each adapter on its own (pass --lora_group 1 to skip the attempt)", file=sys.stderr)
 
 
 def _groupable(ckpt: Checkpoint) -> bool:
@@ -171,7 +186,6 @@ class _AdapterGroups:
         self.lm.gen_cache = {k: v for k, v in self.lm.gen_cache.items() if k[0] != name}
         if self.lm.active == name:
             self.lm.active = None
-
 
     def _mates(self, ckpt: Checkpoint, limit: int, max_rank: int | None = None) -> list[Checkpoint]:
         """Adapters due after ``ckpt`` that can share its batches: same base, plain LoRA, weights
@@ -209,11 +223,11 @@ class HFBackend(_AdapterGroups):
         self.pending: list[Checkpoint] = []
         self.adapter_names: dict[Path, str] = {}  # adapters of the loaded group still to score
         self.names_used = 0
+        self.swaps = 0  # full checkpoints whose weights went into the loaded model
 
     def _new_lm(self, pretrained: str):
         self.lm = _sweep_hflm_class()(pretrained=pretrained, device=self.device, dtype="float32",
                                       batch_size=self.cfg.batch_size)
-        self.lm.gen_cache, self.lm.stats, self.lm.waiting = {}, {}, []
         self.loaded_from = pretrained
         self.adapter_names = {}
 
@@ -223,7 +237,7 @@ class HFBackend(_AdapterGroups):
         return self._full(ckpt)
 
     def _full(self, ckpt: Checkpoint):
-        if self.lm is not None and self._same_architecture(ckpt.path):
+        if self.lm is not None and _same_config(self.loaded_from, ckpt.path):
             self._unwrap_peft()
             state = _load_state_dict(ckpt)
             missing, unexpected = self.lm.model.load_state_dict(state, strict=False)
@@ -232,6 +246,7 @@ class HFBackend(_AdapterGroups):
                 self._new_lm(str(ckpt.path))
             else:
                 self.loaded_from = str(ckpt.path)
+                self.swaps += 1
         else:
             self._new_lm(str(ckpt.path))
         return self.lm
@@ -299,69 +314,46 @@ class HFBackend(_AdapterGroups):
         self.adapter_names = {}
         self.lm.active, self.lm.waiting, self.lm.gen_cache = None, [], {}
 
-    def _same_architecture(self, path: Path) -> bool:
-        try:
-            new = json.loads((path / "config.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            return False
-        old = self.lm.model.config.to_dict()
-        keys = ("architectures", "hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size")
-        return all(new.get(k) == old.get(k) for k in keys)
 
-
+@functools.cache
 def _sweep_vllm_class():
     """lm-eval's VLLM, plus generation of a group of LoRA adapters in one ``LLM.generate`` call.
 
     The prompts of a generation call are submitted once per waiting adapter, each copy with that
     adapter's ``LoRARequest`` (vLLM batches requests for different adapters together, up to
-    ``max_loras``). The active adapter's outputs are returned; the others are kept, keyed by the
-    exact prompts and sampling parameters, and returned when lm-eval asks for them while scoring
-    their adapter. Log-likelihood requests are not grouped.
+    ``max_loras``). Log-likelihood requests are not grouped.
     """
     VLLM = import_lm_eval_vllm()
 
-    class SweepVLLM(VLLM):
-        active: str | None = None
-        waiting: list[str] = []
-        gen_cache: dict = {}
-        stats: dict = {}
-        lora_requests: dict = {}
-
-        group_failed = False
+    class SweepVLLM(_GroupedGeneration, VLLM):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._init_groups()
+            self.lora_requests: dict = {}
 
         def _model_generate(self, requests, generate=False, sampling_params=None):
+            def alone():
+                return VLLM._model_generate(self, requests, generate=generate, sampling_params=sampling_params)
+
             if not generate or sampling_params is None or self.active is None or self.data_parallel_size > 1:
-                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
+                return alone()
             params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(requests)
-            if any((sp.temperature or 0) > 0 for sp in params):  # sampled: no grouping
-                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
-            import hashlib
+            if any((sp.temperature or 0) > 0 for sp in params):
+                return alone()  # sampled: no grouping
 
-            key = hashlib.sha256(repr(([list(r) for r in requests], [repr(sp) for sp in params])).encode()).hexdigest()
-            cached = self.gen_cache.pop((self.active, key), None)
-            if cached is not None:
-                self.stats["reused_batches"] = self.stats.get("reused_batches", 0) + 1
-                return cached
-            names = [self.active, *[n for n in self.waiting if n != self.active]]
-            if len(names) == 1 or self.group_failed:
-                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
-            from vllm.inputs import TokensPrompt
+            def together(names):
+                from vllm.inputs import TokensPrompt
 
-            prompts = [TokensPrompt(prompt_token_ids=list(r)) for r in requests]
-            try:
+                prompts = [TokensPrompt(prompt_token_ids=list(r)) for r in requests]
                 outputs = self.model.generate(
                     prompts * len(names), sampling_params=params * len(names), use_tqdm=self.batch_size == "auto",
                     lora_request=[self.lora_requests[n] for n in names for _ in requests],
                 )
-            except Exception as err:
-                _group_failed_notice(err)
-                self.group_failed = True
-                return super()._model_generate(requests, generate=generate, sampling_params=sampling_params)
-            n = len(requests)
-            for i, name in enumerate(names[1:], start=1):
-                self.gen_cache[(name, key)] = outputs[i * n:(i + 1) * n]
-            self.stats["group_batches"] = self.stats.get("group_batches", 0) + 1
-            return outputs[:n]
+                n = len(requests)
+                return [outputs[i * n:(i + 1) * n] for i in range(len(names))]
+
+            key = hashlib.sha256(repr(([list(r) for r in requests], [repr(sp) for sp in params])).encode()).hexdigest()
+            return self._serve(key, alone, together)
 
     return SweepVLLM
 
@@ -404,7 +396,6 @@ class VLLMBackend(_AdapterGroups):
             kwargs.update(lora_local_path=lora_path, max_lora_rank=_lora_rank_bucket(self.max_lora_rank),
                           max_loras=self.group_size)
         self.lm = VLLM(**kwargs)
-        self.lm.gen_cache, self.lm.stats, self.lm.waiting, self.lm.lora_requests = {}, {}, [], {}
         self.loaded_from = pretrained
         self.adapter_names = {}
 
@@ -467,8 +458,9 @@ CONFIG_KEYS_THAT_MAY_DIFFER = ("_name_or_path", "transformers_version")
 
 
 def _same_config(old: str | Path | None, new: Path) -> bool:
-    """Two model folders with the same config.json, but for bookkeeping keys: the running engine
-    keeps the old one's RoPE, context length and the rest, so anything else forces a restart."""
+    """Two model folders with the same config.json, but for bookkeeping keys: a loaded model or
+    engine keeps the old one's RoPE, context length and the rest, so anything else forces a
+    fresh load."""
     try:
         a = json.loads((Path(old) / "config.json").read_text())
         b = json.loads((Path(new) / "config.json").read_text())

@@ -24,3 +24,14 @@ def tiny_model(tmp_path_factory):
         for item in dataset_builders.build(name):
             corpus += [item.context, item.question, item.counterfactual_answer, item.parametric_answer]
     return build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), corpus)
+
+
+@pytest.fixture
+def made_backends(monkeypatch):
+    """The backends ``run_sweep`` makes, kept for the test to inspect."""
+    import cf_tasks.sweep as sweep
+
+    made = []
+    real = sweep.make_backend
+    monkeypatch.setattr(sweep, "make_backend", lambda *a: made.append(real(*a)) or made[-1])
+    return made

@@ -85,11 +85,12 @@ def test_discovery_orders_and_classifies(run_dir):
     assert [(c.kind, c.lora_rank, c.base) for c in lora] == [("lora", 4, str(run_dir["base"]))] * 2
 
 
-def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys):
+def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_backends):
     out = tmp_path / "out"
     args = ["sweep", str(run_dir["full"]), "--tasks", TASKS, "--output_path", str(out), "--limit", LIMIT,
             "--backend", "hf"]
     assert main(args) == 1  # two checkpoints failed
+    assert made_backends[0].swaps == 2  # checkpoint-200 and -300 went into checkpoint-100's model
     err = capsys.readouterr().err
     assert "checkpoint-400/model.safetensors: corrupt weights file" in err
     assert "checkpoint-500: config.json but no weights" in err
@@ -157,19 +158,14 @@ def _responses(samples):
     return {s["doc_id"]: s["resps"] for s in samples}
 
 
-def test_lora_group_generates_adapters_together_with_the_answers_of_separate_runs(run_dir, tmp_path, monkeypatch):
-    import cf_tasks.sweep as sweep
-
-    backends = []
-    real = sweep.make_backend
-    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
+def test_lora_group_generates_adapters_together_with_the_answers_of_separate_runs(run_dir, tmp_path, made_backends):
     out = tmp_path / "grouped"
     cfg = SweepConfig(run_dir=run_dir["lora"], tasks=["cf_capitals"], output_path=out, backend="hf", limit=4,
                       batch_size=2, device="cpu", lora_group=4)
     assert run_sweep(cfg, log=lambda *a, **k: None) == 0
     # Both adapters were generated in the first adapter's batches (4 items / batch 2 = 2 batches);
     # the second adapter's lm-eval run got its answers back for those same 2 batches.
-    assert backends[0].lm.stats == {"group_batches": 2, "reused_batches": 2}
+    assert made_backends[0].lm.stats == {"group_batches": 2, "reused_batches": 2}
     grouped = {}
     for step in (10, 20):
         lines = (out / "checkpoints" / f"step_{step}" / "samples_cf_capitals.jsonl").read_text().splitlines()
@@ -181,18 +177,13 @@ def test_lora_group_generates_adapters_together_with_the_answers_of_separate_run
     assert grouped[10] != grouped[20]  # the adapters answer differently, so a mix-up would show
 
 
-def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, monkeypatch, capsys):
-    import cf_tasks.sweep as sweep
-
+def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, made_backends, capsys):
     run = tmp_path / "run"
     run.mkdir()
     shutil.copytree(run_dir["lora"] / "step_10", run / "step_10")
     shutil.copytree(run_dir["lora"] / "step_10", run / "step_15")
     (run / "step_15" / "adapter_model.safetensors").write_bytes(b"\x00not safetensors")
     shutil.copytree(run_dir["lora"] / "step_20", run / "step_20")
-    backends = []
-    real = sweep.make_backend
-    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
     out = tmp_path / "out"
     cfg = SweepConfig(run_dir=run, tasks=["cf_quotes"], output_path=out, backend="hf", limit=2, device="cpu")
     assert run_sweep(cfg) == 1
@@ -201,10 +192,10 @@ def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, monkeypatch
     assert status == {"step_10": "done", "step_15": "failed", "step_20": "done"}
     assert "step_15" in capsys.readouterr().err
     # step_10 and step_20 were still generated together, past the corrupt one.
-    assert backends[0].lm.stats["group_batches"] == backends[0].lm.stats["reused_batches"] > 0
+    assert made_backends[0].lm.stats["group_batches"] == made_backends[0].lm.stats["reused_batches"] > 0
 
 
-def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_dir, tmp_path):
+def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_dir, tmp_path, made_backends):
     # peft registers an adapter's config before loading its weights: a mate whose weights fail to
     # load must not leave its config to the next mate (same rank here, a different scaling).
     run = tmp_path / "run"
@@ -218,21 +209,13 @@ def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_di
     shutil.copytree(run_dir["lora"] / "step_20", scaled)
     cfg = json.loads((scaled / "adapter_config.json").read_text())
     (scaled / "adapter_config.json").write_text(json.dumps({**cfg, "lora_alpha": cfg["lora_alpha"] * 64}))
-    import cf_tasks.sweep as sweep
-
-    backends = []
-    real = sweep.make_backend
-    sweep.make_backend = lambda *a: backends.append(real(*a)) or backends[-1]
     out = tmp_path / "out"
-    try:
-        assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, backend="hf", limit=3,
-                                     batch_size=3, device="cpu"), log=lambda *a, **k: None) == 1
-    finally:
-        sweep.make_backend = real
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, backend="hf", limit=3,
+                                 batch_size=3, device="cpu"), log=lambda *a, **k: None) == 1
     status = {e["name"]: e["status"] for e in json.loads((out / "manifest.json").read_text())["checkpoints"].values()}
     assert status == {"step_10": "done", "step_15": "failed", "step_20": "done"}
     # step_20 was generated with step_10 and kept its place while step_15 failed on its own.
-    assert backends[0].lm.stats == {"group_batches": 1, "reused_batches": 1}
+    assert made_backends[0].lm.stats == {"group_batches": 1, "reused_batches": 1}
     lines = (out / "checkpoints" / "step_20" / "samples_cf_capitals.jsonl").read_text().splitlines()
     fresh = run_lm_eval("hf", ["cf_capitals"], model_args=f"pretrained={run_dir['base']},peft={scaled},dtype=float32,"
                         "device=cpu", limit=3, batch_size=3, log_samples=True)

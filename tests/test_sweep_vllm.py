@@ -39,20 +39,16 @@ def lora_run(tmp_path_factory):
     return base, run
 
 
-def test_one_engine_serves_adapters_like_separate_runs(lora_run, tmp_path, monkeypatch):
-    import cf_tasks.sweep as sweep
+def test_one_engine_serves_adapters_like_separate_runs(lora_run, tmp_path, made_backends):
     from cf_tasks.evaluate import run_lm_eval
     from cf_tasks.sweep import SweepConfig, import_lm_eval_vllm, run_sweep
 
     base, run = lora_run
     out = tmp_path / "out"
-    backends = []
-    real = sweep.make_backend
-    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
     assert run_sweep(SweepConfig(run_dir=run, tasks=TASKS, output_path=out, backend="vllm", limit=3)) == 0
     # One generate call per task's generation batch served both adapters; the second adapter's
     # lm-eval run got its outputs back from it.
-    stats = backends[0].lm.stats
+    stats = made_backends[0].lm.stats
     assert stats["group_batches"] >= 1 and stats["reused_batches"] == stats["group_batches"]
     rows = json.loads((out / "sweep.json").read_text())["rows"]
     assert {r["backend"] for r in rows} == {"vllm"}
@@ -77,8 +73,7 @@ def test_one_engine_serves_adapters_like_separate_runs(lora_run, tmp_path, monke
         del lm
 
 
-def test_full_checkpoints_reload_weights_into_the_running_engine(lora_run, tmp_path, monkeypatch):
-    import cf_tasks.sweep as sweep
+def test_full_checkpoints_reload_weights_into_the_running_engine(lora_run, tmp_path, made_backends):
     from cf_tasks.evaluate import run_lm_eval
     from cf_tasks.sweep import SweepConfig, import_lm_eval_vllm, run_sweep
     from test_sweep import _make_full
@@ -88,12 +83,9 @@ def test_full_checkpoints_reload_weights_into_the_running_engine(lora_run, tmp_p
     run.mkdir()
     for step, seed in ((1, 31), (2, 32)):
         _make_full(base, run / f"checkpoint-{step}", seed)
-    backends = []
-    real = sweep.make_backend
-    monkeypatch.setattr(sweep, "make_backend", lambda *a: backends.append(real(*a)) or backends[-1])
     out = tmp_path / "out"
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_quotes"], output_path=out, backend="vllm", limit=3)) == 0
-    assert backends[0].reloads == 1  # the second checkpoint's weights went into the first engine
+    assert made_backends[0].reloads == 1  # the second checkpoint's weights went into the first engine
     swept = {step: [json.loads(line)["resps"][0][0] for line in
                     (out / "checkpoints" / f"checkpoint-{step}" / "samples_cf_quotes.jsonl").open()]
              for step in (1, 2)}
