@@ -250,6 +250,7 @@ def card_body(exp: Export, repo_id: str) -> str:
 
     import dataset_builders
     from dataset_builders.schema import FIELDS
+    from dataset_builders.validate import rules_for_dataset
 
     try:
         tool_version = importlib.metadata.version("cf-tasks")
@@ -268,9 +269,11 @@ def card_body(exp: Export, repo_id: str) -> str:
         "",
         "Every config is built deterministically by `cf-tasks` from fact tables (people, countries, "
         "world-fact relations, sayings) with a seeded random generator; the same seed and builder "
-        "version give byte-identical files. Each build is validated: the counterfactual answer is in "
-        "the context, the parametric answer and its aliases are not (unless flagged "
-        "`mentions_parametric`), substituted names leave no fragment behind, ids are unique.",
+        "version give byte-identical files. Each build is validated by named rules, listed in each "
+        "config's section: the counterfactual answer is in the context and the parametric answer is "
+        "not (the `_former` configs, whose contexts name the true answer as the former value, are kept "
+        "apart so that one number has one meaning), no sentence gives the true answer away or "
+        "contradicts another, and the counterfactual is possible and not also true.",
         "",
         "## Configs",
         "",
@@ -286,6 +289,8 @@ def card_body(exp: Export, repo_id: str) -> str:
         lines += ["", f"### {name}", "", _md(dataset_builders.builder(name).__doc__), "",
                   "| relation | items |", "| --- | ---: |"]
         lines += [f"| `{relation}` | {n} |" for relation, n in c.relations.items()]
+        lines += ["", "Validator rules:", ""]
+        lines += [f"- `{rule}`: {description}" for rule, (description, _) in rules_for_dataset(name).items()]
     lines += ["", "## Schema", "", "Every config has the same columns.", "",
               "| field | type | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{name}` | {kind} | {FIELD_DOCS.get(name, '')} |" for name, kind in FIELDS.items()]

@@ -20,15 +20,23 @@ PERSON_RELATIONS = frozenset({"person_name"})
 
 
 def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, revision: str | None = None,
-         **_metadata: Any):
+         version: float | None = None, **_metadata: Any):
     """The ``test`` split of a dataset: built in-process (default) or read from a Hub copy.
 
     lm-eval passes the task's ``metadata`` (merged with ``--metadata``) as keyword arguments;
-    keys other than these are ignored.
+    keys other than these are ignored. The task's ``version`` must be its builder's ``VERSION``:
+    the two move together, so lm-eval's ``versions`` name the dataset's version.
     """
     import datasets
 
     from dataset_builders import DEFAULT_SEED
+    from dataset_builders import version as builder_version
+
+    if version is not None and float(version) != float(builder_version(dataset)):
+        raise ValueError(
+            f"{dataset}: task metadata.version {version} but the dataset builder is version "
+            f"{builder_version(dataset)}; bump task_yamls and dataset_builders together"
+        )
 
     if hub_repo:
         from .hub import load_published

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import cf_bio, cf_capitals, cf_quotes, cf_world_facts, ic_recall, ic_recall_cf
+from . import (
+    cf_bio, cf_capitals, cf_capitals_former, cf_quotes, cf_world_facts, cf_world_facts_former, ic_recall, ic_recall_cf,
+)
 from .schema import Item
 
 DEFAULT_SEED = 1234
 BUILDERS: dict[str, ModuleType] = {
-    m.NAME: m for m in (cf_bio, cf_world_facts, cf_capitals, cf_quotes, ic_recall, ic_recall_cf)
+    m.NAME: m for m in (cf_bio, cf_world_facts, cf_world_facts_former, cf_capitals, cf_capitals_former, cf_quotes,
+                        ic_recall, ic_recall_cf)
 }
 DATASETS: tuple[str, ...] = tuple(BUILDERS)
 

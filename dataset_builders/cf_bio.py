@@ -5,68 +5,196 @@ Two kinds of item, built from ``data/people.json``:
 * ``person_name``: a biography generated from a real person's facts, but naming another famous
   person throughout (full name, surname, possessive). No fragment of the real name may survive
   anywhere in the passage, so a sentence that would carry one (a birthplace such as Vinci for
-  Leonardo da Vinci) falls back to a form without it or is left out. The question asks who the
-  <domain> known for <works> is: the context answers with the substitute, memory with the real name.
+  Leonardo da Vinci) falls back to a form without it or is left out. The substitute has the same
+  pronoun, the same living/dead status and a lifespan close to the real person's. The question
+  asks who the <domain> known for <works> is: the context answers with the substitute.
 * ``birth_year`` / ``birth_city`` / ``nationality``: the real name is kept and one attribute is
-  changed throughout; the question asks for that attribute directly.
+  changed; every other sentence is kept coherent with it (version 2):
+  - birth_year: the lifespan stays within 15-100 years and the person is at least 15 at every
+    dated work the passage names;
+  - birth_city: the passage says "born in <city>"; the city lies in the person's real birth
+    country (so birth country and nationality still agree) and is attested in the table by then;
+  - nationality: a nationality of the same region that existed in the person's lifetime and is
+    not also true of them; the passage names no place and no work that would imply the real one.
+
+Passages come in a declarative and a narrative style; living people are written in the present
+tense and never "die". ``EXTRA_RULES`` checks each of these promises on every build.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
+from collections.abc import Callable
+from functools import lru_cache
 
-from cf_tasks.text import contains_any, normalize
+from cf_tasks.text import contains, contains_any
 
 from . import tables
-from .common import country_in_text, make_rng, name_fragments, same_answer
+from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
-VERSION = 1
+VERSION = 2
 SUBSTITUTES_PER_PERSON = 2
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
+MIN_AGE, MAX_AGE = 15, 100  # a (counterfactual) lifespan, and the youngest age at a dated work
+YEAR_OFFSETS = range(3, 41)  # how far a counterfactual birth year moves, either way
+MAX_ERA_GAP = 10  # most years between the lifespans of a person and a name-swap substitute
+NATIONALITY_LATEST = 50  # a nationality whose state arose more than 50 years after a birth is implausible
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+# What only a dead person's biography says; a living person's passage never does.
+_PAST = re.compile(r"\b(died|dies|death|final years|(was|were) (a|an|one|best|also|regarded|known))\b", re.I)
 
-# Each sentence kind lists variants; "{who}" is a mention of the person (full name or surname).
-INTRO = (
-    "{who} was {a_nationality} {domain} born in {birth_year}.",
-    "Born in {birth_year}, {who} became one of the best-known {nationality} {domains}.",
-    "{who}, {a_nationality} {domain}, was born in {birth_year}.",
-)
-INTRO_PLAIN = ("{who} was a celebrated {domain}.",)
-BIRTHPLACE = (
-    "{Pronoun} was born in {birth_city}, {birth_country}.",
-    "{who} grew up in {birth_city}, in {birth_country_in}.",
-    "{who_poss} birthplace was the city of {birth_city} in {birth_country_in}.",
-)
-BIRTHPLACE_PLAIN = ("{Pronoun} was born in {birth_country_in}.",)
-WORK_ONE = (
-    "{who} is best known for {work1}.",
-    "Among {poss} most celebrated achievements is {work1}.",
-    "{who_poss} reputation rests largely on {work1}.",
-)
-WORK_TWO = (
-    "{who} also gained lasting recognition for {work2}.",
-    "Critics and historians often single out {work2} as well.",
-    "{who_poss} later fame owes much to {work2}.",
-)
-LEGACY = (
-    "Today {who} is remembered as one of the most influential {domains} of {poss} era.",
-    "Scholars continue to study {who_poss} life and work.",
-    "{who_poss} influence on later generations of {domains} is widely acknowledged.",
-)
-DEATH = (
-    "{who} died in {death_city}, {death_country}, in {death_year}.",
-    "{Pronoun} spent {poss} final years in {death_city}, where {pronoun} died in {death_year}.",
-)
-DEATH_PLAIN = ("{who} died in {death_year}.",)
+# Sentence variants per style and kind; "{Who}"/"{who}" is a mention of the person (full name or
+# surname), "{is}" the tense ("is" for the living, "was" otherwise). "*_PLAIN" variants are the
+# fallbacks used when a variant would name something forbidden (a name fragment, the true value).
+# Works are never the subject of a verb, so plural titles ("the Gymnopédies") stay grammatical.
+DECLARATIVE = {
+    "open": (
+        "{Who} {is} {a_nationality} {domain} born in {birth_year}.",
+        "{Who}, {a_nationality} {domain}, was born in {birth_year}.",
+    ),
+    # With places shown, the opening leaves the year to the birth sentence (no "born in" twice).
+    "open_before_place": (
+        "{Who} {is} {a_nationality} {domain}.",
+        "{Who} {is} one of the best-known {nationality} {domains}.",
+    ),
+    "place": (
+        "{Pronoun} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+    ),
+    "place_plain": ("{Pronoun} was born in {birth_country_in} in {birth_year}.", "{Pronoun} was born in {birth_year}."),
+    "work1": ("{Who} {is} best known for {work1}.", "{Who_poss} reputation rests largely on {work1}."),
+    "work2": ("{Who} {is} also known for {work2}.", "{Pronoun} also won lasting recognition for {work2}."),
+    "legacy": (
+        "Today {who} is regarded as one of the most influential {domains} of {poss} generation.",
+        "Scholars continue to study {who_poss} life and work.",
+    ),
+    "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",),
+    "death_plain": ("{Who} died in {death_year}.",),
+}
+NARRATIVE = {
+    "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",),
+    "open_plain": ("{Who} was born in {birth_country_in} in {birth_year}.", "{Who} was born in {birth_year}."),
+    "became": (
+        "{Pronoun} went on to become one of the best-known {nationality} {domains} of {poss} time.",
+        "In time {pronoun} became {a_nationality} {domain} of wide renown.",
+    ),
+    "work1": ("{Who} won wide acclaim for {work1}.", "{Who_poss} name became closely linked with {work1}."),
+    "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}."),
+    "legacy": ("{Who_poss} influence is still felt today.", "{Who_poss} legacy continues to inspire new generations."),
+    "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",),
+    "death_plain": ("{Pronoun} died in {death_year}.",),
+}
 
 QUESTIONS = {
     "person_name": "What is the name of the {domain} known for {works}?",
     "birth_year": "In what year was {name} born?",
     "birth_city": "In which city was {name} born?",
-    "nationality": "What was the nationality of {name}?",
+    "nationality": "What {is} the nationality of {name}?",
 }
 
+
+# ---- the table's facts -------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def _meta() -> dict:
+    """people.json's fields beside the people list: as_of, nationalities, places_not_drawn."""
+    return json.loads((tables.DATA_DIR / "people.json").read_text(encoding="utf-8"))
+
+
+def as_of() -> int:
+    return _meta()["as_of"]
+
+
+@lru_cache(maxsize=1)
+def nationalities() -> dict[str, dict]:
+    return {n["adjective"]: n for n in _meta()["nationalities"]}
+
+
+@lru_cache(maxsize=1)
+def people_by_id() -> dict[str, dict]:
+    return {p["id"]: p for p in tables.people()}
+
+
+def is_living(person: dict) -> bool:
+    return person["death_year"] is None
+
+
+def lifespan_gap(a: dict, b: dict) -> int:
+    """Years between two lifespans (0 when they overlap); the living count up to ``as_of``."""
+    end = lambda p: p["death_year"] or as_of()  # noqa: E731
+    return max(0, max(a["birth_year"], b["birth_year"]) - min(end(a), end(b)))
+
+
+def compatible_substitute(person: dict, sub: dict) -> bool:
+    """A name swap must not make a living person dead (or the dead alive), nor move them in time."""
+    return is_living(person) == is_living(sub) and lifespan_gap(person, sub) <= MAX_ERA_GAP
+
+
+def true_nationality_terms(person: dict) -> list[str]:
+    """Every phrase that states or implies the person's real nationality: its forms and aliases,
+    their countries, and the real birth and death places."""
+    table = nationalities()
+    terms = [person["nationality"], person["nationality_noun"], *person["nationality_aliases"]]
+    for adjective in [person["nationality"], *person["nationality_aliases"]]:
+        entry = table.get(adjective, {})
+        terms += entry.get("nouns", []) + entry.get("countries", [])
+    terms += [c for c in (person["birth_country"], person["death_country"]) if c]
+    # A birth or death city places the person as surely as the country does (unless it is in the name).
+    terms += [c for c in (person["birth_city"], person["death_city"]) if c and not contains(person["name"], c)]
+    return terms
+
+
+def nationality_is_true(person: dict, adjective: str) -> bool:
+    """True forms, and the nationality of a country the person was born or died in (arguably true)."""
+    if adjective in (person["nationality"], person["nationality_noun"], *person["nationality_aliases"]):
+        return True
+    places = {person["birth_country"], person["death_country"]} - {None}
+    return bool(places & set(nationalities()[adjective]["countries"]))
+
+
+def nationality_is_plausible(person: dict, adjective: str, birth_year: int) -> bool:
+    """Same region as the real nationality, and the state existed within the person's life."""
+    entry, real = nationalities()[adjective], nationalities()[person["nationality"]]
+    since = entry["since"]
+    return entry["drawn"] and entry["region"] == real["region"] and (
+        since is None or since <= birth_year + NATIONALITY_LATEST)
+
+
+@lru_cache(maxsize=1)
+def places() -> dict[str, tuple[str, int]]:
+    """city -> (country, first year the table attests it: someone born or died there).
+
+    A city named in two countries (Milan) and the places listed under ``places_not_drawn`` are
+    left out: they are never drawn as a counterfactual birth city.
+    """
+    seen: dict[str, dict[str, int]] = {}
+    for p in tables.people():
+        for kind in ("birth", "death"):
+            city, country, year = p[f"{kind}_city"], p[f"{kind}_country"], p[f"{kind}_year"]
+            if city:
+                years = seen.setdefault(city, {})
+                years[country] = min(years.get(country, year), year)
+    return {
+        city: next(iter(by_country.items()))
+        for city, by_country in sorted(seen.items())
+        if len(by_country) == 1 and city not in _meta()["places_not_drawn"]
+    }
+
+
+def dated_years(text: str) -> list[int]:
+    return [int(y) for y in _YEAR.findall(text)]
+
+
+def lifespan_ok(birth_year: int, death_year: int | None, event_years: list[int]) -> bool:
+    end = death_year or as_of()
+    return MIN_AGE <= end - birth_year <= MAX_AGE and all(birth_year + MIN_AGE <= y <= end for y in event_years)
+
+
+# ---- passages ----------------------------------------------------------------------------------
 
 def _possessive(name: str) -> str:
     return name + ("'" if name.endswith("s") else "'s")
@@ -76,58 +204,75 @@ def _works_phrase(works: list[str]) -> str:
     return f"{works[0]} and {works[1]}"
 
 
-def _biography(facts: dict, name: str, surname: str, forbidden: list[str], rng: random.Random) -> list[str]:
+def _biography(facts: dict, name: str, surname: str, forbidden: list[str], rng: random.Random,
+               with_places: bool = True) -> list[str]:
     """Sentences of a biography for ``facts`` that names the person ``name``.
 
-    Every sentence is checked against ``forbidden``: a sentence mentioning any of those phrases
-    is swapped for its plain variant, or left out when it has none.
+    A sentence mentioning any ``forbidden`` phrase is swapped for a plain variant, or left out
+    when it has none; ``with_places=False`` leaves out every birth and death place.
     """
     pronoun = facts["pronoun"]
-    poss = "his" if pronoun == "he" else "her"
-    mentions = iter([name] + [rng.choice([surname, surname, name]) for _ in range(8)])
+    living = facts["death_year"] is None
+    named = False  # the first sentence kept names the person in full, later ones mostly by surname
     values = {k: str(v) for k, v in facts.items() if isinstance(v, (str, int)) and v is not None}
-    values["birth_country_in"] = country_in_text(facts["birth_country"])  # "in the Netherlands"
-    values.update(domain=facts["domain"], domains=facts["domain"] + "s", pronoun=pronoun, poss=poss)
-    values["a_nationality"] = ("an " if facts["nationality"][:1] in "AEIOU" else "a ") + facts["nationality"]
-    works = list(facts["works"])
+    values.update(
+        domain=facts["domain"], domains=facts["domain"] + "s", pronoun=pronoun,
+        poss="his" if pronoun == "he" else "her",
+        a_nationality=("an " if facts["nationality"][:1] in "AEIOU" else "a ") + facts["nationality"],
+        birth_country_in=country_in_text(facts["birth_country"]),
+    )
+    values["is"] = "is" if living else "was"  # "is" is a keyword, so not an argument name above
+    if not living:
+        values["death_country_in"] = country_in_text(facts["death_country"])
+    works = [w for w in facts["works"] if not contains_any(w, forbidden)]
+    values.update({f"work{k + 1}": w for k, w in enumerate(works[:2])})
 
-    def sentence(variants: tuple[str, ...], plain: tuple[str, ...] = ()) -> str | None:
-        for pool in (variants, plain):
+    def sentence(*pools: tuple[str, ...]) -> str | None:
+        nonlocal named
+        for pool in pools:
             if not pool:
                 continue
             template = rng.choice(pool)
-            who = next(mentions) if ("{who" in template) else name
-            text = fill(template, **values, who=who, who_poss=_possessive(who))
-            text = capitalize_first(text)
+            who = rng.choice([surname, surname, name]) if named else name
+            text = capitalize_first(fill(template, **values, who=who, who_poss=_possessive(who)))
+            text = text.replace("..", ".")  # "Washington, D.C." at the end of a sentence
             if not contains_any(text, forbidden):
+                named = named or "{who" in template.lower()
                 return text
         return None
 
-    usable_works = [w for w in works if not contains_any(w, forbidden)]
-    body_kinds: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(BIRTHPLACE, BIRTHPLACE_PLAIN), (LEGACY, ())]
-    if usable_works:
-        values["work1"] = usable_works[0]
-        body_kinds.append((WORK_ONE, ()))
-    if len(usable_works) > 1:
-        values["work2"] = usable_works[1]
-        body_kinds.append((WORK_TWO, ()))
-    rng.shuffle(body_kinds)
-    sentences = [sentence(INTRO, INTRO_PLAIN)]
-    sentences += [sentence(v, p) for v, p in body_kinds]
-    if facts.get("death_year"):
-        sentences.append(sentence(DEATH, DEATH_PLAIN))
-    return [s for s in sentences if s]
+    style = rng.choice((DECLARATIVE, NARRATIVE))
+    body = [style["work1"]] if works else []
+    body += [style["work2"]] if len(works) > 1 else []
+    if style is DECLARATIVE:  # encyclopedic: who, where from, main work before "also", legacy first or last
+        if with_places:
+            opening = [sentence(style["open_before_place"]),
+                       sentence(style["place"], style["place_plain"][:1], style["place_plain"][1:])]
+        else:
+            opening = [sentence(style["open"])]
+        body.insert(rng.choice((0, len(body))), style["legacy"])
+        middle = [sentence(pool) for pool in body]
+    else:  # narrative: birth, career, works, legacy, in the order of a life
+        first = sentence(style["open"], style["open_plain"]) if with_places else sentence(style["open_plain"][1:])
+        opening = [first, sentence(style["became"])]
+        middle = [sentence(pool) for pool in body + [style["legacy"]]]
+    closing = []
+    if not living:
+        closing = [sentence(style["death"], style["death_plain"]) if with_places else sentence(style["death_plain"])]
+    return [s for s in opening + middle + closing if s]
 
+
+# ---- items -------------------------------------------------------------------------------------
 
 def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random) -> list[Item]:
     fragments = name_fragments(person["name"], person["surname"], *person["aliases"])
     candidates = [
         o for o in others
-        if o["pronoun"] == person["pronoun"]
+        if o["pronoun"] == person["pronoun"] and compatible_substitute(person, o)
         and not set(name_fragments(o["name"], *o["aliases"])) & set(fragments)
     ]
     items = []
-    for k, sub in enumerate(rng.sample(candidates, SUBSTITUTES_PER_PERSON)):
+    for k, sub in enumerate(rng.sample(candidates, min(SUBSTITUTES_PER_PERSON, len(candidates)))):
         sentences = _biography(person, sub["name"], sub["surname"], fragments, rng)
         question = fill(QUESTIONS["person_name"], domain=person["domain"], works=_works_phrase(person["works"]))
         items.append(
@@ -150,26 +295,63 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     return items
 
 
-def _attribute_items(person: dict, pool: dict[str, list], seed: int, rng: random.Random) -> list[Item]:
+def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[str, dict, list[str], bool] | None:
+    """(value, changed facts, extra forbidden phrases, with_places) for one attribute, or None
+    when no plausible value is left (the item is then dropped)."""
+    facts = dict(person)
+    if attribute == "birth_year":
+        for works in (person["works"], [w for w in person["works"] if not dated_years(w)]):
+            years = [person["birth_year"] + sign * off for off in YEAR_OFFSETS for sign in (-1, 1)]
+            years = [
+                y for y in years
+                if lifespan_ok(y, person["death_year"], [d for w in works for d in dated_years(w)])
+                and nationality_is_plausible(person, person["nationality"], y)
+            ]
+            if years:
+                facts.update(birth_year=rng.choice(years), works=works)
+                return str(facts["birth_year"]), facts, [], True
+        return None
+    if attribute == "birth_city":
+        text = " ".join([person["name"], *person["aliases"], *person["works"]])
+        cities = [
+            city for city, (country, since) in places().items()
+            if country == person["birth_country"] and since <= person["birth_year"]
+            and city not in (person["birth_city"], person["death_city"]) and not contains(text, city)
+        ]
+        if not cities:
+            return None
+        facts["birth_city"] = rng.choice(cities)
+        return facts["birth_city"], facts, [], True
+    forbidden = true_nationality_terms(person)
+    works = " ".join(w for w in person["works"] if not contains_any(w, forbidden))
+    choices = [
+        n for n in nationalities()
+        if not nationality_is_true(person, n) and nationality_is_plausible(person, n, person["birth_year"])
+        and not contains_any(works, [n, *nationalities()[n]["countries"]])
+    ]
+    if not choices:
+        return None
+    facts["nationality"] = rng.choice(choices)
+    return facts["nationality"], facts, forbidden, False
+
+
+def _attribute_items(person: dict, seed: int, rng: random.Random) -> list[Item]:
     items = []
     for attribute in ATTRIBUTES:
         true_value = str(person[attribute])
         if contains_any(" ".join([person["name"], *person["aliases"]]), [true_value]):
             continue  # Leonardo da Vinci, born in Vinci: the name would give the answer away
-        facts = dict(person)
-        if attribute == "birth_year":
-            offset = rng.choice([-1, 1]) * rng.randint(3, 40)
-            cf_value = str(person["birth_year"] + offset)
-            facts["birth_year"] = int(cf_value)
-        elif attribute == "birth_city":
-            forbidden_places = {normalize(person["birth_city"]), normalize(person.get("death_city") or "")}
-            choices = [p for p in pool["places"] if normalize(p[0]) not in forbidden_places]
-            cf_value, facts["birth_country"] = rng.choice(choices)
-            facts["birth_city"] = cf_value
-        else:
-            cf_value = rng.choice([n for n in pool["nationalities"] if not same_answer(n, true_value)])
-            facts["nationality"] = cf_value
-        sentences = _biography(facts, person["name"], person["surname"], [true_value], rng)
+        drawn = _counterfactual(person, attribute, rng)
+        if drawn is None:
+            continue
+        cf_value, facts, forbidden, with_places = drawn
+        tense = "is" if is_living(person) else "was"  # "What is the nationality of" a living person
+        sentences = _biography(facts, person["name"], person["surname"], [true_value, *forbidden], rng, with_places)
+        cf_aliases = parametric_aliases = []
+        if attribute == "nationality":
+            cf_aliases = [n for n in nationalities()[cf_value]["nouns"] if n != cf_value]
+            parametric_aliases = [n for n in (person["nationality_noun"], *person["nationality_aliases"])
+                                  if n != true_value]
         items.append(
             Item(
                 id=f"{NAME}-{attribute}-{person['id']}",
@@ -177,9 +359,11 @@ def _attribute_items(person: dict, pool: dict[str, list], seed: int, rng: random
                 relation=attribute,
                 subject=person["id"],
                 context=" ".join(sentences),
-                question=fill(QUESTIONS[attribute], name=person["name"]),
+                question=fill(QUESTIONS[attribute], name=person["name"], **{"is": tense}),
                 counterfactual_answer=cf_value,
+                counterfactual_aliases=cf_aliases,
                 parametric_answer=true_value,
+                parametric_aliases=parametric_aliases,
                 answer_position=answer_position(sentences, cf_value),
                 version=VERSION,
                 seed=seed,
@@ -192,14 +376,105 @@ def build(seed: int) -> list[Item]:
     """All CF_Bio items for ``seed``: name substitutions first, then attribute changes."""
     rng = make_rng(NAME, VERSION, seed)
     people = sorted(tables.people(), key=lambda p: p["id"])
-    pool = {
-        "places": sorted({(p["birth_city"], p["birth_country"]) for p in people}),
-        "nationalities": sorted({p["nationality"] for p in people}),
-    }
     items: list[Item] = []
     for person in people:
         others = [o for o in people if o["id"] != person["id"]]
         items += _name_items(person, others, seed, rng)
     for person in people:
-        items += _attribute_items(person, pool, seed, rng)
+        items += _attribute_items(person, seed, rng)
     return items
+
+
+# ---- validator rules (merged into validate.RULES for this dataset) ------------------------------
+
+def _relation(items: list[Item], relation: str) -> list[tuple[Item, dict]]:
+    return [(i, people_by_id()[i.subject]) for i in items if i.relation == relation]
+
+
+def _nationality_implied(items: list[Item]) -> list[str]:
+    return [i.id for i, p in _relation(items, "nationality") if contains_any(i.context, true_nationality_terms(p))]
+
+
+def _birth_city_not_born_in(items: list[Item]) -> list[str]:
+    return [i.id for i, _ in _relation(items, "birth_city")
+            if not contains(i.context, f"born in {i.counterfactual_answer}")]
+
+
+def _birth_city_country(items: list[Item]) -> list[str]:
+    countries = {c for p in tables.people() for c in (p["birth_country"], p["death_country"]) if c}
+    bad = []
+    for i, p in _relation(items, "birth_city"):
+        in_works = {c for c in countries if contains_any(" ".join(p["works"]), [c])}  # "leading Ghana to ..."
+        allowed = {p["birth_country"], p["death_country"]} | in_works
+        if places().get(i.counterfactual_answer, (None,))[0] != p["birth_country"] or contains_any(
+                i.context, sorted(countries - allowed)):
+            bad.append(i.id)
+    return bad
+
+
+def _impossible_lifespan(items: list[Item]) -> list[str]:
+    bad = []
+    for i, p in _relation(items, "birth_year"):
+        born = int(i.counterfactual_answer)
+        others = [y for y in dated_years(i.context) if y != born]
+        if not lifespan_ok(born, p["death_year"], others):
+            bad.append(i.id)
+    return bad
+
+
+def _living_described_dead(items: list[Item]) -> list[str]:
+    return [i.id for i in items if is_living(people_by_id()[i.subject]) and _PAST.search(i.context)]
+
+
+def _substitute_incompatible(items: list[Item]) -> list[str]:
+    by_name = {p["name"]: p for p in tables.people()}
+    return [
+        i.id for i, p in _relation(items, "person_name")
+        if i.counterfactual_answer not in by_name or not compatible_substitute(p, by_name[i.counterfactual_answer])
+    ]
+
+
+def _noun_as_adjective(items: list[Item]) -> list[str]:
+    domains = {p["domain"] for p in tables.people()}
+    phrases = [f"{noun} {d}{s}" for n in nationalities().values() for noun in n["nouns"] if noun != n["adjective"]
+               for d in domains for s in ("", "s")]
+    return [i.id for i in items if contains_any(i.context, phrases)]
+
+
+def _nationality_also_true(items: list[Item]) -> list[str]:
+    return [i.id for i, p in _relation(items, "nationality") if nationality_is_true(p, i.counterfactual_answer)]
+
+
+def _nationality_implausible(items: list[Item]) -> list[str]:
+    return [
+        i.id for i, p in _relation(items, "nationality")
+        if i.counterfactual_answer not in nationalities()
+        or not nationality_is_plausible(p, i.counterfactual_answer, p["birth_year"])
+    ]
+
+
+EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "bio_nationality_implied": (
+        "a nationality item names no form, alias or country of the real nationality, nor the real birth or "
+        "death place", _nationality_implied),
+    "bio_birth_city_not_born_in": ("a birth-city item says 'born in <counterfactual city>'", _birth_city_not_born_in),
+    "bio_birth_city_country": (
+        "a counterfactual birth city lies in the real birth country, and the passage names no other country "
+        "than the birth and death countries", _birth_city_country),
+    "bio_impossible_lifespan": (
+        f"a counterfactual birth year gives a lifespan of {MIN_AGE}-{MAX_AGE} years and precedes every other "
+        f"year of the passage by at least {MIN_AGE}", _impossible_lifespan),
+    "bio_living_described_dead": ("a living person is written in the present tense and never dies",
+                                  _living_described_dead),
+    "bio_substitute_incompatible": (
+        f"a name-swap substitute shares the living/dead status and lives within {MAX_ERA_GAP} years of the person",
+        _substitute_incompatible),
+    "bio_noun_as_adjective": ("a nationality noun is never used as an adjective ('a New Zealander politician')",
+                              _noun_as_adjective),
+    "bio_nationality_also_true": (
+        "a counterfactual nationality is not also true (an alias, or the nationality of the birth or death country)",
+        _nationality_also_true),
+    "bio_nationality_implausible": (
+        f"a counterfactual nationality is drawn from the real one's region and existed within "
+        f"{NATIONALITY_LATEST} years of the birth", _nationality_implausible),
+}

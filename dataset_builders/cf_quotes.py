@@ -2,17 +2,27 @@
 
 "Write a quote that ends in the word "heavy": Absence makes the heart grow". The instruction (the
 context) asks for a word other than the memorised ending (the parametric answer).
+
+Version 2: every prompt (the saying without its last word) has at least ``MIN_PROMPT_WORDS``
+words, so that it pins one saying ("Money" or "Love is" do not: "Money talks", "Love is blind"
+are weak continuations among many); endings with accepted variants ("Fortune favours the
+bold / brave") list them in ``last_word_aliases``, which count as the parametric answer and are
+never drawn as the counterfactual.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from . import tables
-from .common import make_rng
+from .common import make_rng, same_answer
 from .schema import Item
 
 NAME = "cf_quotes"
-VERSION = 1
+VERSION = 2
 INSTRUCTION = 'Write a quote that ends in the word "{word}":'
+MIN_PROMPT_WORDS = 3
 
 
 def build(seed: int) -> list[Item]:
@@ -31,9 +41,50 @@ def build(seed: int) -> list[Item]:
                 question=prefix,
                 counterfactual_answer=word,
                 parametric_answer=quote["last_word"],
+                parametric_aliases=list(quote.get("last_word_aliases", [])),
                 answer_position="beginning",
                 version=VERSION,
                 seed=seed,
             )
         )
     return items
+
+
+# Validator rules (run by validate.failures through EXTRA_RULES).
+
+def _prompt_too_short(items: list[Item]) -> list[str]:
+    return [i.id for i in items if len(i.question.split()) < MIN_PROMPT_WORDS]
+
+
+def _variant_ending(items: list[Item]) -> list[str]:
+    """Read from the table, not the item: a counterfactual that is an accepted ending of the saying."""
+    variants = {q["saying"]: [q["last_word"], *q.get("last_word_aliases", [])] for q in tables.quotes()}
+    return [i.id for i in items if any(same_answer(i.counterfactual_answer, v) for v in variants.get(i.subject, []))]
+
+
+def _takes_an(word: str) -> bool:
+    """'an' before a vowel sound (the common exceptions of English spelling included)."""
+    w = word.lower()
+    vowel = w[:1] in "aeiou" and not w.startswith(("uni", "use", "eu", "one"))
+    return vowel or w.startswith(("hour", "honest", "heir"))
+
+
+def _article_agreement(items: list[Item]) -> list[str]:
+    bad = []
+    for item in items:
+        article = re.search(r"\b(a|an)$", item.question, re.IGNORECASE)
+        if article and (article.group(1).lower() == "an") != _takes_an(item.counterfactual_answer):
+            bad.append(item.id)
+    return bad
+
+
+EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "quote_prompt_too_short": (
+        f"the prompt (the saying without its last word) has at least {MIN_PROMPT_WORDS} words", _prompt_too_short),
+    "quote_variant_ending": (
+        "the counterfactual word is not the saying's ending nor an accepted variant of it (last_word_aliases)",
+        _variant_ending),
+    "quote_article_agreement": (
+        "a prompt ending in 'a' / 'an' is followed by a counterfactual word that takes that article",
+        _article_agreement),
+}

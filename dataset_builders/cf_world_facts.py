@@ -1,16 +1,30 @@
 """CF_World_Facts: coherent counterfactual passages about world facts (paper section 3.2, item 2).
 
 Each fact of ``data/relations.json`` gets passages of 3-6 sentences that state another answer of
-the same relation with a plausible reason. The paper notes that generated counterfactual contexts
-put the answer first too often, so the sentence carrying the answer is placed at the beginning,
-middle or end in equal shares, and the position is recorded per item. A minority of items also
-name the true answer as the former value ("moved from Paris to Rome"); they are flagged
-``mentions_parametric``.
+the same relation. The paper notes that generated counterfactual contexts put the answer first too
+often, so the sentence carrying the answer is placed at the beginning, middle or end in equal
+shares, and the position is recorded per item.
+
+The counterfactual is plausible by construction, from fields of the table (one home per fact):
+
+- creators (authors, inventors, painters, composers) were alive and at least ``MIN_CREATOR_AGE`` in
+  the ``year`` of the work; lifespans come from ``people.json`` or the relation's ``creators`` table;
+- a river's counterfactual mouth is a water body of the river's ``region``; landmarks, mountains
+  and headquarters keep to the ``regions`` group of their true answer;
+- a counterfactual is never also true: never a water body that contains the true one or lies in it
+  (``within``; the containers count as true aliases), never a city of the same ``metro_areas``.
+
+Facts left without a candidate are dropped. Items whose context names the true answer ("moved its
+headquarters from Cupertino to Seattle") are the ``cf_world_facts_former`` dataset (``build_items``
+with ``former=True``); this dataset holds only items that do not name it, and no sentence of those
+speaks of a change (``EXTRA_RULES``).
 """
 
 from __future__ import annotations
 
 import random
+import re
+from functools import lru_cache
 
 from cf_tasks.text import contains_any
 
@@ -19,9 +33,10 @@ from .common import POSITIONS, balanced, make_rng, passage_from_templates, same_
 from .schema import Item, fill
 
 NAME = "cf_world_facts"
-VERSION = 1
-ITEMS_PER_FACT = 2
-MENTIONS_PARAMETRIC_SHARE = 0.3
+VERSION = 2
+ITEMS_PER_FACT = 3  # distinct counterfactuals per fact (fewer where fewer candidates exist)
+FORMER_ITEMS_PER_FACT = 1
+MIN_CREATOR_AGE = 20
 
 
 def counterfactual_choices(fact: dict, answers: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
@@ -30,7 +45,7 @@ def counterfactual_choices(fact: dict, answers: list[tuple[str, list[str]]]) -> 
     return [
         (answer, aliases)
         for answer, aliases in answers
-        if not any(same_answer(answer, t) for t in true_forms)
+        if not any(same_answer(a, t) for a in [answer, *aliases] for t in true_forms)
         and not contains_any(fact["subject"], [answer, *aliases])
     ]
 
@@ -48,20 +63,26 @@ def build_passage_items(
     """Items for the facts of one relation, with balanced answer positions.
 
     A fact may carry its own ``cf_pool`` of (answer, aliases) to draw the counterfactual from
-    (default: the other answers of the relation) and extra template ``values``.
+    (default: the other answers of the relation; an empty pool drops the fact) and extra template
+    ``values``. The items of one fact get distinct counterfactuals, so a fact with fewer candidates
+    than ``items_per_fact`` gets fewer items.
     """
     answers = sorted({(f["answer"], tuple(f.get("answer_aliases", []))) for f in facts})
-    slots = [(fact, k) for fact in facts for k in range(items_per_fact)]
+    choices = {}
+    for i, fact in enumerate(facts):
+        pool = fact["cf_pool"] if "cf_pool" in fact else [(a, list(al)) for a, al in answers]
+        choices[i] = counterfactual_choices(fact, pool)
+    slots = [(i, k) for i in range(len(facts)) for k in range(min(items_per_fact, len(choices[i])))]
     positions = balanced(POSITIONS, len(slots), rng)
     n_mentions = round(mentions_share * len(slots))
     mentions = balanced([True] * n_mentions + [False] * (len(slots) - n_mentions), len(slots), rng)
     items = []
-    for (fact, k), position, mention in zip(slots, positions, mentions):
-        pool = fact.get("cf_pool") or [(a, list(al)) for a, al in answers]
-        choices = counterfactual_choices(fact, pool)
-        cf_answer, cf_aliases = choices[rng.randrange(len(choices))]
+    for (i, k), position, mention in zip(slots, positions, mentions):
+        fact = facts[i]
+        cf_answer, cf_aliases = choices[i].pop(rng.randrange(len(choices[i])))
         parametric = [fact["answer"], *fact.get("answer_aliases", [])]
-        values = {"subject": fact["subject"], "answer": cf_answer, "parametric": fact["answer"], **fact.get("values", {})}
+        values = {"subject": fact["subject"], "answer": cf_answer, "parametric": fact["answer"],
+                  **fact.get("values", {})}
         context, taken = passage_from_templates(
             templates, values, cf_answer, [] if mention else parametric, position, mention, rng
         )
@@ -72,7 +93,7 @@ def build_passage_items(
                 relation=templates["relation"],
                 subject=fact["subject"],
                 context=context,
-                question=fill(templates["question"], subject=fact["subject"]),
+                question=fill(templates["question"], **values),
                 counterfactual_answer=cf_answer,
                 counterfactual_aliases=list(cf_aliases),
                 parametric_answer=fact["answer"],
@@ -86,11 +107,259 @@ def build_passage_items(
     return items
 
 
-def build(seed: int) -> list[Item]:
-    rng = make_rng(NAME, VERSION, seed)
+# --- plausibility, from the tables ----------------------------------------------------------------
+
+
+def number_values(plural: bool) -> dict[str, str]:
+    """Verb and pronoun forms that agree with the subject ("The Spanish Steps are")."""
+    if plural:
+        return {"is": "are", "was": "were", "has": "have", "s": "", "it": "they", "its": "their"}
+    return {"is": "is", "was": "was", "has": "has", "s": "s", "it": "it", "its": "its"}
+
+
+@lru_cache(maxsize=None)
+def lifespans(relation: str) -> dict[str, tuple[int, int | None]]:
+    """Creator -> (birth year, death year or None): people.json first, else the relation's ``creators``."""
+    record = relations_by_name()[relation]
+    people = {}
+    for p in tables.people():
+        for name in {p["name"], *p["aliases"]}:
+            people.setdefault(name, set()).add((p["birth_year"], p["death_year"]))
+    out = {}
+    for answer in sorted({f["answer"] for f in record["facts"]}):
+        found = people.get(answer, set())
+        own = record["creators"].get(answer)
+        if len(found) + bool(own) != 1:
+            raise ValueError(f"relations.json {relation}: {answer!r} needs a lifespan in exactly one place "
+                             f"(people.json or the relation's creators table)")
+        out[answer] = next(iter(found)) if found else (own["birth_year"], own["death_year"])
+    return out
+
+
+def active_in(span: tuple[int, int | None] | None, year: int | None) -> bool:
+    """Alive and at least ``MIN_CREATOR_AGE`` years old in ``year``."""
+    if span is None or year is None:
+        return False
+    birth, death = span
+    return year - birth >= MIN_CREATOR_AGE and (death is None or death >= year)
+
+
+def containers(record: dict, answer: str) -> list[str]:
+    """Every larger place or water body that ``answer`` lies in (``within``, followed transitively)."""
+    within = {k.casefold(): v for k, v in record.get("within", {}).items()}
+    out, todo = [], [answer]
+    while todo:
+        for outer in within.get(todo.pop().casefold(), []):
+            if outer not in out:
+                out.append(outer)
+                todo.append(outer)
+    return out
+
+
+def also_true(record: dict, truth: str, cf_forms: list[str]) -> bool:
+    """True when the counterfactual would not contradict the truth: it lies in or contains the true
+    answer (``within``), or shares its metropolitan area (``metro_areas``)."""
+    if any(same_answer(truth, c) for c in containers(record, cf_forms[0])):
+        return True
+    related = containers(record, truth)
+    related += [city for area in record.get("metro_areas", {}).values()
+                if any(same_answer(truth, c) for c in area) for city in area if not same_answer(city, truth)]
+    return any(same_answer(f, r) for f in cf_forms for r in related)
+
+
+def region_of(record: dict, fact: dict) -> list[str] | None:
+    """The answers a fact's counterfactual may be drawn from (None: the relation has no regions)."""
+    regions = record.get("regions")
+    if not regions:
+        return None
+    if "region" in fact:
+        return regions[fact["region"]]
+    return next((group for group in regions.values() if any(same_answer(fact["answer"], a) for a in group)), [])
+
+
+def work_year(fact: dict) -> int | None:
+    """The year of a work: its own ``year``, else that of the same work in another relation (one home:
+    the Mona Lisa's year sits with painting_painter, painting_museum reads it)."""
+    if fact.get("year") is not None:
+        return fact["year"]
+    return next((f["year"] for (_, subject), f in facts_by_subject().items()
+                 if subject == fact["subject"] and f.get("year") is not None), None)
+
+
+def collects(record: dict, museum: str, year: int | None) -> bool:
+    """The museum's ``collections`` span (null: open) holds art of ``year``."""
+    span = record["collections"].get(museum)
+    return span is not None and year is not None and (span[0] is None or span[0] <= year) and (
+        span[1] is None or year <= span[1])
+
+
+def plausible(record: dict, fact: dict, cf: str, cf_aliases: list[str]) -> bool:
+    region = region_of(record, fact)
+    if region is not None and not any(same_answer(cf, a) for a in region):
+        return False
+    if "creators" in record and not active_in(lifespans(record["relation"]).get(cf), work_year(fact)):
+        return False
+    if "collections" in record and not collects(record, cf, work_year(fact)):
+        return False
+    return not also_true(record, fact["answer"], [cf, *cf_aliases])
+
+
+@lru_cache(maxsize=1)
+def relations_by_name() -> dict[str, dict]:
+    return {r["relation"]: r for r in tables.relations()}
+
+
+@lru_cache(maxsize=1)
+def facts_by_subject() -> dict[tuple[str, str], dict]:
+    return {(r["relation"], f["subject"]): f for r in tables.relations() for f in r["facts"]}
+
+
+def answer_pool(record: dict) -> list[tuple[str, list[str]]]:
+    pool = {f["answer"]: list(f.get("answer_aliases", [])) for f in record["facts"]}
+    pool.update({a["answer"]: list(a["answer_aliases"]) for a in record.get("other_answers", [])})
+    return sorted(pool.items())
+
+
+def prepared_facts(record: dict) -> list[dict]:
+    """The relation's facts with their plausible ``cf_pool``, containers as true aliases, and the
+    number forms of the subject."""
+    pool = answer_pool(record)
+    out = []
+    for fact in record["facts"]:
+        outer = containers(record, fact["answer"])
+        aliases = [*fact.get("answer_aliases", []), *outer,
+                   *(al for a, als in pool if a in outer for al in als)]
+        out.append({
+            **fact,
+            "answer_aliases": aliases,
+            "cf_pool": [(a, al) for a, al in pool if plausible(record, fact, a, al)],
+            "values": number_values(fact.get("plural", False)),
+        })
+    return out
+
+
+def build_items(dataset: str, version: int, seed: int, former: bool) -> list[Item]:
+    """The items of every relation; ``former``: every context names the true answer as the former one."""
+    rng = make_rng(dataset, version, seed)
+    per_fact = FORMER_ITEMS_PER_FACT if former else ITEMS_PER_FACT
     items: list[Item] = []
-    for relation in sorted(tables.relations(), key=lambda r: r["relation"]):
-        items += build_passage_items(
-            NAME, VERSION, relation, relation["facts"], seed, rng, ITEMS_PER_FACT, MENTIONS_PARAMETRIC_SHARE
-        )
+    for record in sorted(tables.relations(), key=lambda r: r["relation"]):
+        items += build_passage_items(dataset, version, record, prepared_facts(record), seed, rng, per_fact,
+                                     float(former))
     return items
+
+
+def build(seed: int) -> list[Item]:
+    return build_items(NAME, VERSION, seed, former=False)
+
+
+# --- validator rules (shared with cf_world_facts_former) ------------------------------------------
+
+# Words that speak of a change of the answer (or of a belief about it).
+CHANGE_WORDS = re.compile(
+    r"\b(relocat\w*|mov(e|ed|es|ing)|transferr?\w*|former(ly)?|once|wrongly|mistaken(ly)?|misattribut\w*|"
+    r"attributed|no longer|used to|now|today|shifted|originally|previously)\b", re.IGNORECASE)
+# Sentences that deny any change, or that lean on a move stated elsewhere.
+DENIES_CHANGE = re.compile(r"\b(no plans to (relocate|move)|never (moved|left)|has always been|always stood)\b",
+                           re.IGNORECASE)
+STATES_MOVE = re.compile(r"\b(moved|relocated|transferred|once hung)\b", re.IGNORECASE)
+NEEDS_MOVE = re.compile(r"\b(relocating|the move|the new site|the transfer)\b", re.IGNORECASE)
+SINGULAR_VERB = re.compile(r"^(is|was|has|\w+[^s\W]s)\b")  # "is", "stands" (not "always", "across")
+# A sentence ends after a lowercase letter or digit, not after "D.C.", "J. K.", "St." or "Dr.".
+SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-z0-9)])[.!?]\s+")
+
+
+def sentences(text: str) -> list[str]:
+    return SENTENCE_END.split(text)
+
+
+def _fact(item: Item) -> tuple[dict, dict] | None:
+    record = relations_by_name().get(item.relation)
+    fact = facts_by_subject().get((item.relation, item.subject))
+    return (record, fact) if record and fact else None
+
+
+def _creator_outside_time(items: list[Item]) -> list[str]:
+    bad = []
+    for item in items:
+        found = _fact(item)
+        if found and "creators" in found[0]:
+            span = lifespans(item.relation).get(item.counterfactual_answer)
+            if not active_in(span, work_year(found[1])):
+                bad.append(item.id)
+    return bad
+
+
+def _museum_outside_period(items: list[Item]) -> list[str]:
+    return [i.id for i in items if (found := _fact(i)) and "collections" in found[0]
+            and not collects(found[0], i.counterfactual_answer, work_year(found[1]))]
+
+
+def _also_true(items: list[Item]) -> list[str]:
+    return [i.id for i in items if (found := _fact(i))
+            and also_true(found[0], i.parametric_answer, [i.counterfactual_answer, *i.counterfactual_aliases])]
+
+
+def _outside_region(items: list[Item]) -> list[str]:
+    bad = []
+    for item in items:
+        found = _fact(item)
+        region = region_of(*found) if found else None
+        if region is not None and not any(same_answer(item.counterfactual_answer, a) for a in region):
+            bad.append(item.id)
+    return bad
+
+
+def _singular_verb_for_plural(items: list[Item]) -> list[str]:
+    bad = []
+    for item in items:
+        found = _fact(item)
+        if found and found[1].get("plural"):
+            text = f"{item.context} {item.question}"
+            # the subject as the grammatical subject: at a sentence start or after "that"
+            pattern = re.compile(rf"(?:^|[.!?]\s+|\bthat\s+){re.escape(item.subject)}\s+(\S+)", re.IGNORECASE)
+            if any(SINGULAR_VERB.match(m.group(1)) for m in pattern.finditer(text)):
+                bad.append(item.id)
+    return bad
+
+
+def _unstated_change(items: list[Item]) -> list[str]:
+    """Default items state no change; former items never deny the change they state, and a sentence
+    about "the move" comes only with a sentence that states the move."""
+    bad = []
+    for i in items:
+        if not i.mentions_parametric:
+            broken = bool(CHANGE_WORDS.search(i.context))
+        else:
+            moved = bool(STATES_MOVE.search(i.context))
+            broken = (moved and bool(DENIES_CHANGE.search(i.context))) or (bool(NEEDS_MOVE.search(i.context))
+                                                                           and not moved)
+        if broken:
+            bad.append(i.id)
+    return bad
+
+
+def _lowercase_sentence_start(items: list[Item]) -> list[str]:
+    return [i.id for i in items if any(s[:1].islower() for s in [*sentences(i.context), i.question])]
+
+
+def _sentence_without_subject(items: list[Item]) -> list[str]:
+    """Sentences are shuffled, so each names its subject ("The location was chosen ..." leans on
+    a sentence that may come later)."""
+    return [i.id for i in items if any(not contains_any(s, [i.subject]) for s in sentences(i.context))]
+
+
+EXTRA_RULES = {
+    "creator_in_time": (f"a counterfactual creator was alive and at least {MIN_CREATOR_AGE} in the work's year",
+                        _creator_outside_time),
+    "counterfactual_not_true": ("the counterfactual neither contains nor lies in the true answer (within) "
+                                "nor shares its metropolitan area", _also_true),
+    "counterfactual_in_region": ("the counterfactual lies in the fact's region (a river's basin; the true "
+                                 "answer's group)", _outside_region),
+    "plural_agreement": ("a plural subject takes a plural verb", _singular_verb_for_plural),
+    "no_unstated_change": ("no sentence implies a change the passage does not state (or denies one it states)",
+                           _unstated_change),
+    "sentence_case": ("every sentence and the question start with a capital letter", _lowercase_sentence_start),
+    "sentence_names_subject": ("every sentence of the shuffled passage names its subject", _sentence_without_subject),
+    "museum_collects_period": ("a counterfactual museum collects art of the painting's year", _museum_outside_period),
+}

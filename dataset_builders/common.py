@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from functools import lru_cache
 
 from cf_tasks.text import contains_any, normalize
 
@@ -16,14 +17,21 @@ NAME_PARTICLES = frozenset(
 )
 
 
-# Country names that take "the" in running text ("born in the Netherlands").
-_THE_COUNTRY = re.compile(r"^(United |Netherlands|Philippines|Czech Republic|Dominican Republic|Central African"
-                          r"|Democratic Republic|Republic of the|Bahamas|Gambia|Maldives|Comoros|Seychelles"
-                          r"|Marshall Islands|Solomon Islands|Vatican)")
-
-
 def country_in_text(name: str) -> str:
-    return f"the {name}" if _THE_COUNTRY.match(name) else name
+    """A country's name as it reads in running text: "the Netherlands", "France", "England".
+
+    The article is the ``article`` field of countries.json; names outside that table (England,
+    Scotland) take none.
+    """
+    article = _articles().get(name, "")
+    return f"{article} {name}" if article else name
+
+
+@lru_cache(maxsize=1)
+def _articles() -> dict[str, str]:
+    from . import tables
+
+    return {c["name"]: c["article"] for c in tables.countries()}
 
 
 def make_rng(dataset: str, version: int, seed: int) -> random.Random:
@@ -73,10 +81,17 @@ def passage_from_templates(
     The sentence that states ``answer`` goes at ``position``; the others are reasons and fillers
     that neither state the answer nor mention anything in ``forbidden``. Returns the passage and
     the position actually taken by the answer sentence.
+
+    Optional keys: ``change_sentences`` state a change from the former (parametric) value and join
+    the ``former_sentences`` when ``mentions_parametric``; ``change_reasons`` explain that change and
+    are used only beside a change sentence, so no reason speaks of a change the passage does not state.
     """
     pool = "former_sentences" if mentions_parametric else "answer_sentences"
-    required = fill(rng.choice(templates[pool]), **values)
-    reasons = [fill(t, **values) for t in templates["reason_sentences"]]
+    changes = templates.get("change_sentences", []) if mentions_parametric else []
+    template = rng.choice(templates[pool] + changes)
+    required = fill(template, **values)
+    change_reasons = templates.get("change_reasons", []) if template in changes else []
+    reasons = [fill(t, **values) for t in templates["reason_sentences"] + change_reasons]
     fillers = [fill(t, **values) for t in templates["filler_sentences"]]
     ok = lambda s: not contains_any(s, forbidden) and not contains_any(s, [answer])  # noqa: E731
     reasons = [s for s in reasons if ok(s)]

@@ -42,7 +42,7 @@ from .common import make_rng, slug
 from .schema import Item, capitalize_first
 
 NAME = "ic_recall"
-VERSION = 1
+VERSION = 2
 K_VALUES = (2, 4, 8)
 QUERIES_PER_RELATION = 8  # the same queries for every k, so that k is the only thing that changes
 SEPARATOR = ": "
@@ -51,7 +51,7 @@ MAX_ATTEMPTS = 200
 # Relations read from countries.json: name -> (answer field, aliases field or None, description).
 COUNTRY_RELATIONS = {
     "country_capital": ("capital", "capital_aliases", "the capital city of a country"),
-    "country_largest_city": ("largest_city", None, "the largest city of a country"),
+    "country_largest_city": ("largest_city", "largest_city_aliases", "the largest city of a country"),
     "country_currency": ("currency", "currency_aliases", "the currency of a country"),
     "country_language": ("language", None, "the main language spoken in a country"),
     "country_continent": ("continent", None, "the continent on which a country lies"),
@@ -153,7 +153,7 @@ def load_relations() -> tuple[Relation, ...]:
     country_aliases = {c["name"]: tuple(c["aliases"]) for c in countries}
     out = []
     for name, (field, alias_field, description) in COUNTRY_RELATIONS.items():
-        facts = [Fact(c["name"], c[field], _country_answer_aliases(c, field, alias_field)) for c in countries]
+        facts = [Fact(c["name"], c[field], tuple(c[alias_field]) if alias_field else ()) for c in countries]
         out.append(Relation(name, description, tuple(facts)))
     for name, (field, description) in PERSON_RELATIONS.items():
         facts = [
@@ -169,16 +169,6 @@ def load_relations() -> tuple[Relation, ...]:
         raise ValueError(f"dataset_builders/ic_recall.py: no KEYWORDS for relation(s) {', '.join(missing)}; add them")
     return tuple(sorted((Relation(r.name, r.description, tuple(sorted(r.facts, key=lambda f: f.subject)))
                          for r in out), key=lambda r: r.name))
-
-
-def _country_answer_aliases(country: dict, field: str, alias_field: str | None) -> tuple[str, ...]:
-    if alias_field:
-        return tuple(country[alias_field])
-    if field == "largest_city":  # the largest city is often the capital or the "other city"
-        for city, aliases in (("capital", "capital_aliases"), ("other_city", "other_city_aliases")):
-            if country[field] == country[city]:
-                return tuple(country[aliases])
-    return ()
 
 
 @lru_cache(maxsize=1)

@@ -14,15 +14,26 @@ truth never appears in the context. Relations where no answer is shared (capital
 witness and are left out, as are relations whose answers share a kind with a relation about the
 same subjects (birth and death city): for those the wrong pairs no longer identify the relation
 (the rule ``ic_unique_relation``, in its typed form, proves it per item).
+
+Version 2: a pair meant to be wrong must not be true in another form the tables know ("Arthur
+Conan Doyle: Scottish" for a British writer, "The Seine: the Atlantic Ocean" for a river that
+flows into the English Channel). ``true_forms`` gathers, per relation and subject, the answer,
+its aliases and the other true answers the tables record: a person's ``nationality_aliases``
+(people.json), a country's ``other_languages`` (countries.json) and the water bodies that contain
+a river's mouth (the ``within`` map of a relation in relations.json). No prompt shows one of them
+for its subject (rule ``ic_pair_true``) nor one that is true for the query anywhere in its lines;
+the query's other true answers count as its parametric aliases.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from functools import lru_cache
 
 from cf_tasks.text import contains_any
 
+from . import tables
 from .common import make_rng, same_answer, slug
 from .ic_recall import (
     K_VALUES, LAYOUT_RULE, MAX_ATTEMPTS, QUERY_RULE, Fact, Relation, answer_forms, choose_queries, competitors,
@@ -32,8 +43,70 @@ from .ic_recall import (
 from .schema import Item, answer_position
 
 NAME = "ic_recall_cf"
-VERSION = 1
+VERSION = 2
 QUERIES_PER_RELATION = 8
+# Answers "of the same kind" as a competitor's: at least this share of the relation's answers are
+# also the competitor's (birth / death city: 21%). A stray overlap (the nationality "New Zealand"
+# is also a birth country: 1 of 34) does not make a kind; ``ic_unique_relation`` still checks each item.
+SAME_KIND_SHARE = 0.1
+
+
+def containers(body: str, within: dict[str, list[str]]) -> list[str]:
+    """The water bodies that contain ``body``, directly or through another one (``within`` map)."""
+    by_key = {key(k): v for k, v in within.items()}
+    out: list[str] = []
+    todo = list(by_key.get(key(body), []))
+    while todo:
+        outer = todo.pop(0)
+        if outer not in out:
+            out.append(outer)
+            todo += by_key.get(key(outer), [])
+    return out
+
+
+def other_truths(people: tuple[dict, ...], countries: tuple[dict, ...],
+                 relations: tuple[dict, ...]) -> dict[str, dict[str, list[str]]]:
+    """relation -> subject key -> the true answers besides the fact's own answer and aliases, as
+    written in the tables (fields read with defaults: they may be absent)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for person in people:
+        out.setdefault("nationality", {})[key(person["name"])] = list(person.get("nationality_aliases", []))
+    for country in countries:
+        out.setdefault("country_language", {})[key(country["name"])] = list(country.get("other_languages", []))
+    for relation in relations:
+        within = relation.get("within", {})
+        out.setdefault(relation["relation"], {}).update(
+            {key(f["subject"]): containers(f["answer"], within) for f in relation["facts"]})
+    return out
+
+
+@lru_cache(maxsize=1)
+def _other_truths() -> dict[str, dict[str, list[str]]]:
+    return other_truths(tables.people(), tables.countries(), tables.relations())
+
+
+def extra_answers(relation: str, subject: str) -> list[str]:
+    """The other true answers of ``subject`` in ``relation`` (nationality aliases, other official
+    languages, containing water bodies), as written in the tables."""
+    return _other_truths().get(relation, {}).get(key(subject), [])
+
+
+@lru_cache(maxsize=1)
+def _fact_forms() -> dict[str, dict[str, frozenset[str]]]:
+    """relation -> subject key -> the keys of the subject's answer and aliases."""
+    return {r.name: {f.subject_key: f.form_keys for f in r.facts} for r in load_relations()}
+
+
+def true_forms(relation: str, subject: str) -> frozenset[str]:
+    """The keys of every answer that is true for ``subject`` in ``relation``."""
+    extras = extra_answers(relation, subject)
+    return _fact_forms()[relation].get(key(subject), frozenset()).union(
+        *({key(a)} | answer_forms(relation, a) for a in extras))
+
+
+def is_true(relation: str, subject: str, answer: str) -> bool:
+    """True when ``answer``, in any of its forms, is a true answer of ``subject`` in ``relation``."""
+    return not ({key(answer)} | answer_forms(relation, answer)).isdisjoint(true_forms(relation, subject))
 
 
 def answer_classes(facts: list[Fact]) -> dict[str, Fact]:
@@ -52,7 +125,8 @@ def usable_relations() -> list[Relation]:
         facts = eligible_facts(relation)
         classes = answer_classes(facts)
         vocab = vocabulary()
-        same_kind = any(not vocab[relation.name].isdisjoint(vocab[c]) for c in competitors(relation.name))
+        mine = vocab[relation.name]
+        same_kind = any(len(mine & vocab[c]) >= SAME_KIND_SHARE * len(mine) for c in competitors(relation.name))
         if len(classes) < len(facts) and len(classes) >= 4 and not same_kind:
             out.append(relation)
     return out
@@ -122,6 +196,7 @@ def _plan(relation: Relation, rng: random.Random) -> tuple[dict[str, Fact], list
 
 def _item(relation: Relation, classes: dict[str, Fact], query: Fact, sharing: list[Fact], others: list[Fact],
           k: int, seed: int, rng: random.Random) -> Item:
+    query_truths = [*query.forms, *extra_answers(relation.name, query.subject)]
     for _ in range(MAX_ATTEMPTS):
         drawn = _draw(relation.name, classes, sharing, others, query, k, rng)
         if drawn is None:
@@ -129,7 +204,8 @@ def _item(relation: Relation, classes: dict[str, Fact], query: Fact, sharing: li
         *shown, (_, in_context) = drawn
         pairs = [(f.subject, c.answer) for f, c in shown]
         if (typed_relations(pairs) == (relation.name,) and not stating_relations(pairs)
-                and not contains_any(context_text(pairs), query.forms)):
+                and not contains_any(context_text(pairs), query_truths)
+                and not any(is_true(relation.name, f.subject, c.answer) for f, c in drawn)):
             break
     else:
         raise ValueError(f"{NAME}: no usable k={k} prompt for {relation.name} / {query.subject}")
@@ -143,7 +219,7 @@ def _item(relation: Relation, classes: dict[str, Fact], query: Fact, sharing: li
         counterfactual_answer=in_context.answer,
         counterfactual_aliases=list(in_context.aliases),
         parametric_answer=query.answer,
-        parametric_aliases=list(query.aliases),
+        parametric_aliases=[*query.aliases, *extra_answers(relation.name, query.subject)],
         answer_position=answer_position([a for _, a in pairs], in_context.answer),
         version=VERSION,
         seed=seed,
@@ -188,6 +264,13 @@ def _identifies_relation(items: list[Item]) -> list[str]:
     return bad
 
 
+def _pair_true(items: list[Item]) -> list[str]:
+    """A pair meant to be wrong, or the query with its counterfactual, that is true in some form."""
+    return [item.id for item in items
+            if any(is_true(item.relation, s, a) for s, a in
+                   [*(parse_pairs(item.context) or []), (item.subject, item.counterfactual_answer)])]
+
+
 EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "ic_layout": LAYOUT_RULE,
     "ic_query_fact": QUERY_RULE,
@@ -199,4 +282,8 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
         "the prompt's true answers to answers absent from it", _consistently_wrong),
     "ic_mapping_covers_query": (
         "a pair shares the query's true answer and shows the counterfactual answer", _mapping_covers_query),
+    "ic_pair_true": (
+        "no pair (nor the query with its counterfactual) shows an answer that is true for its subject: its "
+        "answer or an alias, another nationality, official language or containing water body of the tables",
+        _pair_true),
 }

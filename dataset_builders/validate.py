@@ -19,8 +19,8 @@ from .schema import FIELDS, Item
 from .serialize import to_jsonl_bytes
 
 POSITION_SHARE = (0.25, 0.40)  # bounds for each answer position in cf_world_facts
-POSITION_BALANCED = ("cf_world_facts",)
-MAX_MENTIONS_PARAMETRIC_SHARE = 0.5
+POSITION_BALANCED = ("cf_world_facts", "cf_world_facts_former", "cf_capitals", "cf_capitals_former")
+FORMER_SUFFIX = "_former"  # datasets whose every context names the true answer as the former value
 MIN_RESEED_CHANGE = 0.10  # share of items another seed must change
 _PLACEHOLDER = re.compile(r"[{}]|\[\[|\]\]")
 _TYPES = {"str": str, "int": int, "bool": bool, "list[str]": list}
@@ -103,9 +103,13 @@ def _position_shares(items: list[Item]) -> list[str]:
     )
 
 
-def _mentions_parametric_share(items: list[Item]) -> list[str]:
-    flagged = [i.id for i in items if i.mentions_parametric]
-    return flagged if len(flagged) > MAX_MENTIONS_PARAMETRIC_SHARE * len(items) else []
+def _mentions_parametric_split(items: list[Item]) -> list[str]:
+    """One number, one meaning: a ``*_former`` dataset names the true answer in every context, any
+    other dataset in none (those items live in the ``_former`` twin)."""
+    if not items:
+        return []
+    former = items[0].dataset.endswith(FORMER_SUFFIX)
+    return [i.id for i in items if i.mentions_parametric != former]
 
 
 RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
@@ -122,19 +126,25 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "unique_ids": ("ids are unique", _unique_ids),
     "position_shares": (f"each answer position holds {POSITION_SHARE[0]:.0%}-{POSITION_SHARE[1]:.0%} of items",
                         _position_shares),
-    "mentions_parametric_share": ("at most half of the items mention the parametric answer",
-                                  _mentions_parametric_share),
+    "mentions_parametric_split": (
+        "items that name the true answer sit only in *_former datasets, and all of theirs do",
+        _mentions_parametric_split,
+    ),
 }
 
 
-def rules_for(items: list[Item]) -> dict[str, tuple[str, Callable[[list[Item]], list[str]]]]:
-    """The shared ``RULES`` plus the ``EXTRA_RULES`` of the builder that made ``items``, if it has any.
+def rules_for_dataset(name: str | None) -> dict[str, tuple[str, Callable[[list[Item]], list[str]]]]:
+    """The shared ``RULES`` plus the ``EXTRA_RULES`` of dataset ``name``'s builder, if it has any.
 
     A builder whose dataset makes promises of its own (ic_recall: the in-context pairs identify
     the relation) declares them next to the code that keeps them, in the same shape as ``RULES``.
     """
-    module = BUILDERS.get(items[0].dataset) if items else None
-    return {**RULES, **getattr(module, "EXTRA_RULES", {})}
+    return {**RULES, **getattr(BUILDERS.get(name), "EXTRA_RULES", {})}
+
+
+def rules_for(items: list[Item]) -> dict[str, tuple[str, Callable[[list[Item]], list[str]]]]:
+    """The rules for the dataset that made ``items``."""
+    return rules_for_dataset(items[0].dataset if items else None)
 
 
 def failures(items: list[Item]) -> list[str]:

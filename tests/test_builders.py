@@ -58,10 +58,11 @@ def test_schema_is_the_same_for_every_dataset(built):
 
 
 def test_counts(built):
-    assert len(built["cf_bio"]) >= 500
-    assert len(built["cf_world_facts"]) >= 400
+    assert len(built["cf_bio"]) >= 900
+    assert len(built["cf_world_facts"]) >= 800
     assert len({i.relation for i in built["cf_world_facts"]}) >= 7
-    assert len(built["cf_quotes"]) >= 150
+    assert len(built["cf_capitals"]) >= 180
+    assert len(built["cf_quotes"]) >= 300
     countries = tables.countries()
     assert len(built["cf_capitals"]) == len(countries) - len(cf_capitals.excluded_countries())
     assert {i.subject for i in built["cf_capitals"]} == {
@@ -72,6 +73,16 @@ def test_counts(built):
 def test_every_build_passes_the_validator(built):
     for items in built.values():
         assert failures(items) == []
+
+
+# Seeds 0, 1 and the default, then ten drawn once with random.Random(2026).sample(range(1, 100000), 10).
+VALIDATED_SEEDS = (0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950)
+
+
+@pytest.mark.parametrize("seed", VALIDATED_SEEDS)
+@pytest.mark.parametrize("name", dataset_builders.DATASETS)
+def test_every_rule_holds_for_many_seeds(name, seed):
+    build_validated(name, seed)  # raises ValidationError with one line per broken rule
 
 
 def test_world_facts_positions_are_balanced_and_recorded(built):
@@ -91,10 +102,9 @@ def test_world_facts_positions_are_balanced_and_recorded(built):
 
 
 def test_world_facts_mentions_parametric_flag_matches_text(built):
-    items = built["cf_world_facts"]
-    flagged = [i for i in items if i.mentions_parametric]
-    assert 0 < len(flagged) <= len(items) / 2
-    for item in items:
+    assert not any(i.mentions_parametric for i in built["cf_world_facts"])
+    assert all(i.mentions_parametric for i in built["cf_world_facts_former"])
+    for item in built["cf_world_facts"] + built["cf_world_facts_former"]:
         says_parametric = contains_any(item.context, [item.parametric_answer, *item.parametric_aliases])
         assert says_parametric == item.mentions_parametric, item.id
 
@@ -120,9 +130,11 @@ def test_bio_attribute_items_change_one_attribute(built):
     attrs = [i for i in built["cf_bio"] if i.relation != "person_name"]
     gives_away = [p for p in people.values() if contains_any(" ".join([p["name"], *p["aliases"]]), [p["birth_city"]])]
     assert "leonardo_da_vinci" in {p["id"] for p in gives_away}  # born in Vinci: no birthplace question
-    assert Counter(i.relation for i in attrs) == {
-        "birth_year": len(people), "nationality": len(people), "birth_city": len(people) - len(gives_away)
-    }
+    # Version 2 drops an item when no coherent, plausible counterfactual is left (see cf_bio.py).
+    counts = Counter(i.relation for i in attrs)
+    assert counts["birth_year"] <= len(people) and counts["nationality"] <= len(people)
+    assert counts["birth_city"] <= len(people) - len(gives_away)
+    assert min(counts.values()) >= 0.8 * len(people)
     for item in attrs:
         person = people[item.subject]
         assert item.parametric_answer == str(person[item.relation])
@@ -137,17 +149,17 @@ def test_quotes_ask_for_another_last_word(built):
         quote = by_id[item.id.removeprefix("cf_quotes-")]
         assert item.counterfactual_answer in quote["alternatives"]
         assert item.parametric_answer == quote["last_word"]
+        assert item.parametric_aliases == quote["last_word_aliases"]
         assert item.question + " " + quote["last_word"] == quote["saying"]
         assert item.context == f'Write a quote that ends in the word "{item.counterfactual_answer}":'
 
 
 def test_capitals_counterfactual_is_another_city(built):
     countries = {c["name"]: c for c in tables.countries()}
-    for item in built["cf_capitals"]:
+    for item in built["cf_capitals"] + built["cf_capitals_former"]:
         country = countries[item.subject]
         assert item.parametric_answer == country["capital"]
-        if country["other_city"]:
-            assert item.counterfactual_answer == country["other_city"]
+        assert item.counterfactual_answer == country["other_city"]
     assert "Singapore" in cf_capitals.excluded_countries()
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import dataset_builders
+
 from cf_tasks.registry import installed_in_lm_eval, task_yamls_path
 from cf_tasks.tasks import GENERATION_METRICS, score_doc
 
@@ -29,7 +31,11 @@ def test_lm_eval_cli_runs_generation_and_mc_tasks(tiny_model, tmp_path):
         "--limit", "6", "--output_path", str(out), "--log_samples",
     ])
     results_file = next(out.rglob("results_*.json"))
-    results = json.loads(results_file.read_text())["results"]
+    report = json.loads(results_file.read_text())
+    results = report["results"]
+    # lm-eval's `versions` name the dataset builder's version (the two move together).
+    assert float(report["versions"]["cf_bio"]) == float(dataset_builders.version("cf_bio"))
+    assert float(report["versions"]["cf_capitals_mc"]) == float(dataset_builders.version("cf_capitals"))
     for metric in GENERATION_METRICS[:4]:
         assert 0.0 <= results["cf_bio"][f"{metric},none"] <= 1.0
     assert 0.0 <= results["cf_capitals_mc"]["context_prob,none"] <= 1.0

@@ -22,6 +22,7 @@ from cf_tasks.cli import main
 from cf_tasks.tasks import built_dataset
 from dataset_builders import DATASETS, DEFAULT_SEED, validate
 from dataset_builders.schema import FIELD_NAMES
+from dataset_builders.validate import rules_for_dataset
 
 REPO = "my-org/cf-tasks-test"
 TOKEN = "hf_SeCrEtTokenThatMustNeverBePrinted123"
@@ -104,6 +105,9 @@ def test_card_body_describes_build_counts_seed_and_citation(export_dir):
         assert f"### {name}" in body
         for relation, count in Counter(built_dataset(name, SEED)["relation"]).items():
             assert f"| `{relation}` | {count} |" in body
+        section = body.split(f"### {name}\n", 1)[1].split("\n### ", 1)[0]
+        for rule, (description, _) in rules_for_dataset(name).items():
+            assert f"- `{rule}`: {description}" in section  # each config lists the rules its build keeps
     for field in FIELD_NAMES:
         assert f"| `{field}` |" in body
     assert f"Seed: **{SEED}**" in body

@@ -65,3 +65,32 @@ def test_corrupt_table_is_named(tmp_path):
     (tmp_path / "people.json").write_text("{not json")
     with pytest.raises(TableError, match=r"people.json: not valid JSON"):
         load_table("people.json", tmp_path)
+
+
+def test_people_nationality_fields_and_places():
+    """people.json v2: nationality adjective + noun + aliases agree with the nationalities table;
+    England or Scotland, not "United Kingdom", as birth and death countries; no monarch, activist or astronaut
+    labelled politician or explorer."""
+    from dataset_builders import cf_bio
+
+    table = cf_bio.nationalities()
+    nouns = {n for entry in table.values() for n in entry["nouns"]}
+    for p in tables.people():
+        entry = table[p["nationality"]]
+        assert p["nationality_noun"] in entry["nouns"], p["id"]
+        for alias in p["nationality_aliases"]:
+            assert alias != p["nationality"] and (alias in table or alias in nouns), (p["id"], alias)
+        assert "United Kingdom" not in (p["birth_country"], p["death_country"]), p["id"]
+        if entry["since"] is not None:  # the real nationality passes the plausibility bound too
+            assert entry["since"] <= p["birth_year"] + cf_bio.NATIONALITY_LATEST, p["id"]
+    for adjective, entry in table.items():
+        assert entry["region"] in {"Africa", "Americas", "Asia", "Europe", "Oceania"}, adjective
+        assert entry["countries"] and entry["nouns"], adjective
+    domains = {p["id"]: p["domain"] for p in tables.people()}
+    assert domains["elizabeth_i"] == domains["queen_victoria"] == "monarch"
+    assert domains["emmeline_pankhurst"] == domains["susan_b_anthony"] == "activist"
+    assert domains["neil_armstrong"] == domains["mae_jemison"] == domains["valentina_tereshkova"] == "astronaut"
+    people = {p["id"]: p for p in tables.people()}
+    assert people["jacinda_ardern"]["nationality"] == "New Zealand"
+    assert people["jacinda_ardern"]["nationality_noun"] == "New Zealander"
+    assert "British" in people["william_shakespeare"]["nationality_aliases"]

@@ -65,8 +65,9 @@ def inject_position_imbalance(items):
     return moved, next(i.id for i in moved if i.answer_position == "beginning")
 
 
-def inject_too_many_mentions(items):
-    return [replace(i, mentions_parametric=True) for i in items], items[0].id
+def inject_mention_in_default_dataset(items):
+    item = items[7]
+    return _swap(items, item, replace(item, mentions_parametric=True)), item.id
 
 
 CASES = {
@@ -78,7 +79,7 @@ CASES = {
     "no_placeholder": ("cf_bio", inject_placeholder),
     "unique_ids": ("cf_capitals", inject_duplicate_id),
     "position_shares": ("cf_world_facts", inject_position_imbalance),
-    "mentions_parametric_share": ("cf_world_facts", inject_too_many_mentions),
+    "mentions_parametric_split": ("cf_bio", inject_mention_in_default_dataset),
 }
 
 

@@ -1,0 +1,171 @@
+"""cf_world_facts v2 and cf_world_facts_former: plausible counterfactuals from the tables, and each
+world-facts validator rule shown to catch a defect injected into an otherwise valid build."""
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from cf_tasks.text import contains_any
+from dataset_builders import DEFAULT_SEED, build, cf_world_facts, tables
+from dataset_builders.common import same_answer
+from dataset_builders.validate import build_validated, failures
+
+SEEDS = [0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950]
+
+
+@pytest.fixture(scope="module")
+def items():
+    return build("cf_world_facts", DEFAULT_SEED)
+
+
+def _item(items, relation, subject):
+    return next(i for i in items if i.relation == relation and i.subject == subject)
+
+
+def _inject(items, old, **changes):
+    new = replace(old, **changes)
+    return [new if i is old else i for i in items], old.id
+
+
+def _hit(lines, rule, bad_id):
+    hit = [line for line in lines if line.startswith(rule + ":")]
+    return len(hit) == 1 and bad_id in hit[0]
+
+
+def inject_creator_outside_time(items):  # Nineteen Eighty-Four (1949) by J. K. Rowling (born 1965)
+    return _inject(items, _item(items, "book_author", "Nineteen Eighty-Four"), counterfactual_answer="J. K. Rowling",
+                   counterfactual_aliases=["Rowling"])
+
+
+def inject_inventor_long_dead(items):  # the World Wide Web (1989) by James Hargreaves (died 1778)
+    return _inject(items, _item(items, "invention_inventor", "the World Wide Web"),
+                   counterfactual_answer="James Hargreaves", counterfactual_aliases=["Hargreaves"])
+
+
+def inject_container_of_truth(items):  # the Ganges empties into the Bay of Bengal, which lies in the Indian Ocean
+    return _inject(items, _item(items, "river_mouth", "the Ganges"), counterfactual_answer="the Indian Ocean",
+                   counterfactual_aliases=["Indian Ocean"])
+
+
+def inject_part_of_truth(items):  # the Amazon empties into the Atlantic; the North Sea lies in it
+    return _inject(items, _item(items, "river_mouth", "the Amazon"), counterfactual_answer="the North Sea",
+                   counterfactual_aliases=["North Sea"])
+
+
+def inject_same_metro_area(items):  # Ford is in Dearborn, a suburb of Detroit
+    return _inject(items, _item(items, "company_headquarters", "Ford"), counterfactual_answer="Detroit",
+                   counterfactual_aliases=[])
+
+
+def inject_mouth_outside_region(items):  # the Volga into the Arabian Sea
+    return _inject(items, _item(items, "river_mouth", "the Volga"), counterfactual_answer="the Arabian Sea",
+                   counterfactual_aliases=["Arabian Sea"])
+
+
+def inject_singular_verb(items):
+    item = _item(items, "landmark_city", "the Spanish Steps")
+    return _inject(items, item, context=item.context + " The Spanish Steps is busy every day.")
+
+
+def inject_unstated_change(items):
+    item = _item(items, "company_headquarters", "Apple")
+    return _inject(items, item, context=item.context + " Executives at Apple have no plans to relocate.")
+
+
+def inject_denied_change(items):
+    former = build("cf_world_facts_former", DEFAULT_SEED)
+    item = next(i for i in former if "moved its headquarters" in i.context)
+    return _inject(former, item, context=item.context + f" Executives at {item.subject} have no plans to relocate.")
+
+
+def inject_lowercase_start(items):
+    item = _item(items, "painting_museum", "the Mona Lisa")
+    return _inject(items, item, context=item.context + f" {item.counterfactual_answer} is proud of it.")
+
+
+def inject_dangling_sentence(items):
+    item = _item(items, "company_headquarters", "Nike")
+    dangling = " The location was chosen because of the skilled workforce nearby."
+    return _inject(items, item, context=item.context + dangling)
+
+
+def inject_museum_outside_period(items):  # a 1931 Dalí in the Mauritshuis (Dutch Golden Age)
+    return _inject(items, _item(items, "painting_museum", "The Persistence of Memory"),
+                   counterfactual_answer="the Mauritshuis", counterfactual_aliases=["Mauritshuis"])
+
+
+CASES = {
+    "creator_in_time": [inject_creator_outside_time, inject_inventor_long_dead],
+    "counterfactual_not_true": [inject_container_of_truth, inject_part_of_truth, inject_same_metro_area],
+    "counterfactual_in_region": [inject_mouth_outside_region],
+    "plural_agreement": [inject_singular_verb],
+    "no_unstated_change": [inject_unstated_change, inject_denied_change],
+    "sentence_case": [inject_lowercase_start],
+    "sentence_names_subject": [inject_dangling_sentence],
+    "museum_collects_period": [inject_museum_outside_period],
+}
+
+
+def test_every_world_facts_rule_has_a_case():
+    assert set(CASES) == set(cf_world_facts.EXTRA_RULES)
+
+
+@pytest.mark.parametrize("rule,inject", [(r, f) for r, fs in CASES.items() for f in fs],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_rule_catches_injected_defect(items, rule, inject):
+    assert failures(items) == []
+    broken, bad_id = inject(items)
+    assert _hit(failures(broken), rule, bad_id), failures(broken)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_both_datasets_validate_on_every_seed(seed):
+    default = build_validated("cf_world_facts", seed)
+    former = build_validated("cf_world_facts_former", seed)
+    assert len(default) >= 800 and len(former) >= 350
+    assert not any(i.mentions_parametric for i in default) and all(i.mentions_parametric for i in former)
+    for built in (default, former):
+        shares = Counter(i.answer_position for i in built)
+        assert all(0.25 <= shares[p] / len(built) <= 0.40 for p in ("beginning", "middle", "end"))
+
+
+def test_former_items_name_the_true_answer_and_default_items_do_not(items):
+    former = build("cf_world_facts_former", DEFAULT_SEED)
+    assert all(contains_any(i.context, [i.parametric_answer, *i.parametric_aliases]) for i in former)
+    assert not any(contains_any(i.context, [i.parametric_answer, *i.parametric_aliases]) for i in items)
+    assert all(i.id.startswith("cf_world_facts_former-") and i.dataset == "cf_world_facts_former" for i in former)
+
+
+def test_items_of_a_fact_have_distinct_counterfactuals(items):
+    pairs = Counter((i.relation, i.subject, i.counterfactual_answer) for i in items)
+    assert max(pairs.values()) == 1
+
+
+def test_true_creators_fit_their_works_and_have_one_lifespan():
+    for record in tables.relations():
+        if "creators" not in record:
+            continue
+        spans = cf_world_facts.lifespans(record["relation"])  # raises unless exactly one home per creator
+        people = {n for p in tables.people() for n in (p["name"], *p["aliases"])}
+        assert not people & set(record["creators"]), record["relation"]
+        for fact in record["facts"]:
+            if fact["year"] is not None:
+                birth, death = spans[fact["answer"]]
+                assert birth + 15 <= fact["year"] and (death is None or fact["year"] <= death), fact
+
+
+def test_water_bodies_are_known_and_containers_count_as_true():
+    record = next(r for r in tables.relations() if r["relation"] == "river_mouth")
+    known = {a for a, _ in cf_world_facts.answer_pool(record)}
+    assert {b for bodies in record["regions"].values() for b in bodies} <= known
+    assert set(record["within"]) | {c for cs in record["within"].values() for c in cs} <= known
+    assert all(f["region"] in record["regions"] for f in record["facts"])
+    ganges = next(f for f in cf_world_facts.prepared_facts(record) if f["subject"] == "the Ganges")
+    assert "the Indian Ocean" in ganges["answer_aliases"]
+    assert not any(same_answer(a, "the Indian Ocean") for a, _ in ganges["cf_pool"])
+
+
+def test_plural_subjects_agree(items):
+    steps = [i for i in items if i.subject == "the Spanish Steps"]
+    assert steps and all(i.question == "In which city are the Spanish Steps located?" for i in steps)
