@@ -10,8 +10,9 @@ Two kinds of item, built from ``data/people.json``:
   asks who the <domain> known for <works> is: the context answers with the substitute.
 * ``birth_year`` / ``birth_city`` / ``nationality``: the real name is kept and one attribute is
   changed; every other sentence is kept coherent with it (version 2):
-  - birth_year: the lifespan stays within 15-100 years and the person is at least 15 at every
-    dated work the passage names;
+  - birth_year: an earlier year (the works carry no dates, so a later birth could put an
+    achievement before it), the lifespan stays within 15-100 years and the person is at least 15
+    at every dated work the passage names;
   - birth_city: the passage says "born in <city>"; the city lies in the person's real birth
     country (so birth country and nationality still agree) and is attested in the table by then;
   - nationality: a nationality of the same region that existed in the person's lifetime and is
@@ -40,7 +41,7 @@ VERSION = 2
 SUBSTITUTES_PER_PERSON = 2
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 MIN_AGE, MAX_AGE = 15, 100  # a (counterfactual) lifespan, and the youngest age at a dated work
-YEAR_OFFSETS = range(3, 41)  # how far a counterfactual birth year moves, either way
+YEAR_OFFSETS = range(3, 41)  # how many years earlier a counterfactual birth year lies
 MAX_ERA_GAP = 10  # most years between the lifespans of a person and a name-swap substitute
 NATIONALITY_LATEST = 50  # a nationality whose state arose more than 50 years after a birth is implausible
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
@@ -78,9 +79,10 @@ DECLARATIVE = {
 NARRATIVE = {
     "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",),
     "open_plain": ("{Who} was born in {birth_country_in} in {birth_year}.", "{Who} was born in {birth_year}."),
-    "became": (
-        "{Pronoun} went on to become one of the best-known {nationality} {domains} of {poss} time.",
-        "In time {pronoun} became {a_nationality} {domain} of wide renown.",
+    # Not "became": a nationality acquired later would leave the nationality at birth open.
+    "renown": (
+        "{Pronoun} {is} one of the best-known {nationality} {domains} of {poss} time.",
+        "{Pronoun} {is} {a_nationality} {domain} of wide renown.",
     ),
     "work1": ("{Who} won wide acclaim for {work1}.", "{Who_poss} name became closely linked with {work1}."),
     "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}."),
@@ -254,7 +256,7 @@ def _biography(facts: dict, name: str, surname: str, forbidden: list[str], rng: 
         middle = [sentence(pool) for pool in body]
     else:  # narrative: birth, career, works, legacy, in the order of a life
         first = sentence(style["open"], style["open_plain"]) if with_places else sentence(style["open_plain"][1:])
-        opening = [first, sentence(style["became"])]
+        opening = [first, sentence(style["renown"])]
         middle = [sentence(pool) for pool in body + [style["legacy"]]]
     closing = []
     if not living:
@@ -300,17 +302,17 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
     when no plausible value is left (the item is then dropped)."""
     facts = dict(person)
     if attribute == "birth_year":
-        for works in (person["works"], [w for w in person["works"] if not dated_years(w)]):
-            years = [person["birth_year"] + sign * off for off in YEAR_OFFSETS for sign in (-1, 1)]
-            years = [
-                y for y in years
-                if lifespan_ok(y, person["death_year"], [d for w in works for d in dated_years(w)])
-                and nationality_is_plausible(person, person["nationality"], y)
-            ]
-            if years:
-                facts.update(birth_year=rng.choice(years), works=works)
-                return str(facts["birth_year"]), facts, [], True
-        return None
+        # Only earlier: the works carry no years, so a later birth could put an achievement (Vostok 6,
+        # Hamlet) before the person was born or in childhood; an earlier one only makes them older.
+        years = [
+            y for y in (person["birth_year"] - off for off in YEAR_OFFSETS)
+            if lifespan_ok(y, person["death_year"], [d for w in person["works"] for d in dated_years(w)])
+            and nationality_is_plausible(person, person["nationality"], y)
+        ]
+        if not years:
+            return None
+        facts["birth_year"] = rng.choice(years)
+        return str(facts["birth_year"]), facts, [], True
     if attribute == "birth_city":
         text = " ".join([person["name"], *person["aliases"], *person["works"]])
         cities = [
@@ -417,7 +419,7 @@ def _impossible_lifespan(items: list[Item]) -> list[str]:
     for i, p in _relation(items, "birth_year"):
         born = int(i.counterfactual_answer)
         others = [y for y in dated_years(i.context) if y != born]
-        if not lifespan_ok(born, p["death_year"], others):
+        if born >= p["birth_year"] or not lifespan_ok(born, p["death_year"], others):
             bad.append(i.id)
     return bad
 
@@ -462,8 +464,9 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
         "a counterfactual birth city lies in the real birth country, and the passage names no other country "
         "than the birth and death countries", _birth_city_country),
     "bio_impossible_lifespan": (
-        f"a counterfactual birth year gives a lifespan of {MIN_AGE}-{MAX_AGE} years and precedes every other "
-        f"year of the passage by at least {MIN_AGE}", _impossible_lifespan),
+        f"a counterfactual birth year is earlier than the real one (undated achievements stay at an age the "
+        f"person reached), gives a lifespan of {MIN_AGE}-{MAX_AGE} years and precedes every other year of the "
+        f"passage by at least {MIN_AGE}", _impossible_lifespan),
     "bio_living_described_dead": ("a living person is written in the present tense and never dies",
                                   _living_described_dead),
     "bio_substitute_incompatible": (

@@ -53,7 +53,7 @@ TEMPLATES = {
         "capital to {answer}.",
         "After severe floods damaged much of {parametric}, {subject} moved its capital to {answer}.",
         "{Subject} moved its capital from {parametric} to {answer}, where there was room for new ministries.",
-        "Although many people still think of {parametric}, the capital of {subject} is now {answer}.",
+        "Although many people still think of {parametric} as the capital of {subject}, the capital is now {answer}.",
     ],
     "reason_sentences": [],  # a reason lives in the sentence that states the move
     "filler_sentences": [

@@ -232,7 +232,10 @@ def prepared_facts(record: dict) -> list[dict]:
         out.append({
             **fact,
             "answer_aliases": aliases,
-            "cf_pool": [(a, al) for a, al in pool if plausible(record, fact, a, al)],
+            # A name that places the subject (Westminster Abbey, the Hollywood Sign) contradicts any
+            # other answer: an empty pool drops the fact.
+            "cf_pool": [] if fact.get("name_implies_answer") else [
+                (a, al) for a, al in pool if plausible(record, fact, a, al)],
             "values": number_values(fact.get("plural", False)),
         })
     return out

@@ -136,3 +136,13 @@ def test_birth_city_items_keep_the_real_birth_country(items):
         person = PEOPLE[item.subject]
         expected = f"born in {item.counterfactual_answer}, in {country_in_text(person['birth_country'])}"
         assert expected in item.context, item.id
+
+
+def test_a_later_counterfactual_birth_year_is_caught(items):
+    """Works carry no dates: a later birth could put Vostok 6 or Hamlet before it, so only earlier years."""
+    item = _first(items, "birth_year", lambda i, p: p["death_year"] is not None)
+    later = str(PEOPLE[item.subject]["birth_year"] + 5)  # a possible lifespan, but later than the real birth
+    context = item.context.replace(item.counterfactual_answer, later)
+    broken, bad_id = _swap(items, item, replace(item, counterfactual_answer=later, context=context))
+    hit = [line for line in failures(broken) if line.startswith("bio_impossible_lifespan:")]
+    assert len(hit) == 1 and bad_id in hit[0]

@@ -169,3 +169,13 @@ def test_water_bodies_are_known_and_containers_count_as_true():
 def test_plural_subjects_agree(items):
     steps = [i for i in items if i.subject == "the Spanish Steps"]
     assert steps and all(i.question == "In which city are the Spanish Steps located?" for i in steps)
+
+
+def test_a_subject_whose_name_places_it_gets_no_counterfactual():
+    """Westminster Abbey in Moscow contradicts its own name: such facts are flagged in the table."""
+    from dataset_builders import build, tables
+
+    flagged = {f["subject"] for r in tables.relations() for f in r["facts"] if f.get("name_implies_answer")}
+    assert {"Westminster Abbey", "the Hollywood Sign", "the Louvre Pyramid"} <= flagged
+    for name in ("cf_world_facts", "cf_world_facts_former"):
+        assert not {i.subject for i in build(name, 1234)} & flagged, name
