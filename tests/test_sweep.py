@@ -97,7 +97,8 @@ def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_bac
 
     frame = pd.read_csv(out / "sweep.csv")
     assert list(frame.columns) == ["checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend",
-                                   "model", "version"]
+                                   "model", "version", "run", "settings", "limit", "apply_chat_template", "metadata",
+                                   "checkpoint_id"]
     assert sorted(frame["step"].unique()) == [100, 200, 300]
     assert set(frame["metric"]) >= {"counterfactual_acc", "parametric_acc", "acc", "context_prob"}
     assert (frame["n"] == 3).all() and (frame["backend"] == "hf").all()
@@ -123,7 +124,7 @@ def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_bac
     # Resume: nothing finished is redone; a re-saved checkpoint is.
     before = (out / "checkpoints" / "checkpoint-200" / "results.json").stat().st_mtime_ns
     ckpt300 = run_dir["full"] / "checkpoint-300" / "config.json"
-    ckpt300.write_text(ckpt300.read_text())  # touch: newer modification time
+    ckpt300.write_text(ckpt300.read_text() + "\n")  # re-saved: new content (the identity is the content)
     assert main(args) == 1
     assert (out / "checkpoints" / "checkpoint-200" / "results.json").stat().st_mtime_ns == before
     manifest2 = json.loads((out / "manifest.json").read_text())
