@@ -658,6 +658,13 @@ def _dataset_of(tm, name: str) -> str:
     return f"dataset {path}" + (f" ({cfg['dataset_name']})" if cfg.get("dataset_name") else "")
 
 
+def _limit_setting(limit: float | None) -> float | int | None:
+    """The limit as lm-eval applies it: a fraction below 1, else a whole number of items."""
+    if limit is None:
+        return None
+    return float(limit) if limit < 1 else int(limit)
+
+
 def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
     """Every setting that can move one task's numbers, per requested task; checks that each task
     exists and that its dataset loads (one line naming the task and the dataset otherwise)."""
@@ -686,7 +693,7 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
                          **{g: (getattr(group, "metadata", None) or {}).get("version") for g, group in sorted(groups.items())}},
             "num_fewshot": {t: task.config.num_fewshot for t, task in sorted(tasks.items())},
             "generation_kwargs": {t: task.config.generation_kwargs for t, task in sorted(tasks.items())},
-            "limit": cfg.limit,
+            "limit": _limit_setting(cfg.limit),
             "metadata": cfg.metadata or {},
             "apply_chat_template": bool(cfg.apply_chat_template),
             "lm_eval_seeds": LM_EVAL_SEEDS,

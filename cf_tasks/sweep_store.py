@@ -279,6 +279,8 @@ def _stale(path: Path, timeout: float) -> bool:
         info = json.loads(text)
     except json.JSONDecodeError:  # a taker is writing it right now, or it was cut short
         info = {}
+    if info.get("pid") == os.getpid() and info.get("host") == HOST:
+        return True  # this very process, interrupted before it could remove it
     alive = _alive(str(info.get("host", "")), int(info.get("pid", -1))) if info.get("pid") else None
     return alive is False or age > timeout
 
