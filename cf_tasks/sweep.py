@@ -1041,9 +1041,10 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
     polls = 0
 
     def fail(place: dict, error: str) -> None:
+        if failed.get(place["place"]) != error:  # once per run, not once per poll
+            log(f"cf-tasks: error: {error}", file=sys.stderr)
+            store.record_failure(out, place, error)
         failed[place["place"]] = error
-        log(f"cf-tasks: error: {error}", file=sys.stderr)
-        store.record_failure(out, place, error)
 
     def missing(cid: str) -> list[str]:
         return [t for t in cfg.tasks if not store.has_result(out, cid, t, hashes[t])]
