@@ -981,11 +981,13 @@ def _select(checkpoints: list[Checkpoint], shard: tuple[int, int]) -> list[Check
 
 
 def shard_from_env(env: dict | None = None) -> tuple[int, int]:
-    """``--shard auto``: I/N from a Slurm job array (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT,
-    less SLURM_ARRAY_TASK_MIN), else from RANK/WORLD_SIZE (torchrun), else 0/1."""
+    """``--shard auto``: I/N from a Slurm job array (SLURM_ARRAY_TASK_ID counted from
+    SLURM_ARRAY_TASK_MIN in steps of SLURM_ARRAY_TASK_STEP, of SLURM_ARRAY_TASK_COUNT), else from
+    RANK/WORLD_SIZE (torchrun), else 0/1."""
     env = os.environ if env is None else env
     if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))
+        index = (int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))) // int(
+            env.get("SLURM_ARRAY_TASK_STEP", 1))
         count = int(env["SLURM_ARRAY_TASK_COUNT"])
     elif "RANK" in env and "WORLD_SIZE" in env:
         index, count = int(env["RANK"]), int(env["WORLD_SIZE"])

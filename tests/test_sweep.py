@@ -696,6 +696,8 @@ def test_shard_auto_reads_slurm_or_torchrun_variables():
     assert shard_from_env({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}) == (3, 4)
     assert shard_from_env({"SLURM_ARRAY_TASK_ID": "11", "SLURM_ARRAY_TASK_COUNT": "4",
                            "SLURM_ARRAY_TASK_MIN": "10"}) == (1, 4)
+    assert shard_from_env({"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0",
+                           "SLURM_ARRAY_TASK_STEP": "4"}) == (2, 4)
     assert shard_from_env({"RANK": "1", "WORLD_SIZE": "2"}) == (1, 2)
     assert shard_from_env({}) == (0, 1)
     with pytest.raises(SweepError, match="outside 0..1"):
