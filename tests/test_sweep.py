@@ -233,7 +233,7 @@ def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_di
 
 
 def test_a_resaved_adapter_is_scored_with_its_new_weights_under_watch(run_dir, tmp_path, monkeypatch):
-    import cf_tasks.sweep as sweep
+    import cf_tasks.sweep.plan as sweep
 
     run = tmp_path / "live"
     run.mkdir()
@@ -459,7 +459,7 @@ def test_case5_results_of_other_settings_are_kept_apart(run_dir, tmp_path, capsy
     # metadata and the chat template are settings too
     from cf_tasks.registry import task_manager
     from cf_tasks.sweep import _task_settings
-    from cf_tasks.sweep_store import settings_hash
+    from cf_tasks.sweep.store import settings_hash
 
     tm = task_manager()
     variants = [SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2),
@@ -524,7 +524,7 @@ def _err_line(capsys):
 
 
 def test_case7_bad_arguments_stop_before_any_model_loads(run_dir, tmp_path, capsys, monkeypatch):
-    import cf_tasks.sweep as sweep
+    import cf_tasks.sweep.plan as sweep
 
     monkeypatch.setattr(sweep, "make_backend", lambda *a: pytest.fail("a model was loaded"))
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
@@ -564,7 +564,7 @@ def test_case7_bad_arguments_stop_before_any_model_loads(run_dir, tmp_path, caps
 
 def test_case7_a_missing_package_at_load_stops_the_sweep_with_the_install_command(run_dir, tmp_path, capsys,
                                                                                  monkeypatch):
-    import cf_tasks.sweep as sweep
+    import cf_tasks.sweep.plan as sweep
 
     def no_accelerate(self, ckpt):
         raise ModuleNotFoundError("No module named 'accelerate'", name="accelerate")
@@ -592,7 +592,7 @@ def test_case7_a_task_whose_dataset_cannot_load_is_one_line(run_dir, tmp_path, c
 def test_case8_files_respect_the_umask_and_leftovers_are_cleaned(run_dir, tmp_path):
     import socket
 
-    from cf_tasks import sweep_store
+    from cf_tasks.sweep import store as sweep_store
 
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
     out = tmp_path / "out"
@@ -660,8 +660,8 @@ def test_case8_concurrent_plots_use_their_own_temp_names(tmp_path):
 @pytest.mark.parametrize("stage", ["claim", "evaluate", "write", "views"])
 def test_an_interrupt_at_each_stage_resumes_to_the_uninterrupted_csv(run_dir, tmp_path, monkeypatch, stage):
     import cf_tasks.evaluate as evaluate
-    import cf_tasks.sweep as sweep
-    from cf_tasks import sweep_store
+    import cf_tasks.sweep.plan as sweep
+    from cf_tasks.sweep import store as sweep_store
 
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
     reference = tmp_path / "reference"
@@ -708,7 +708,7 @@ def test_a_stale_claim_is_taken_over_and_a_live_one_is_not(tmp_path):
     import socket
     import time
 
-    from cf_tasks.sweep_store import try_lock, unlock
+    from cf_tasks.sweep.store import try_lock, unlock
 
     lock = tmp_path / "claims" / "x.lock"
     lock.parent.mkdir()

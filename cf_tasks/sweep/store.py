@@ -15,7 +15,7 @@ exists is never replaced, and nothing of another key is touched. Any number of p
 Slurm array elements, a ``--watch`` beside a manual run) may share one output folder: each claims a
 checkpoint with a lock file created atomically (``O_CREAT | O_EXCL``); a lock whose process died on
 this host, or that is older than the lock timeout, is taken over. ``sweep.csv`` and the other
-tables are views rebuilt from the store (see ``sweep.py``). Files and folders get the umask's modes.
+tables are views rebuilt from the store (see ``views.py``). Files and folders get the umask's modes.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def has_result(out: Path, ckpt_id: str, task: str, settings: str) -> bool:
 def write_result(out: Path, ckpt_id: str, task: str, settings: str, record: dict, results: dict) -> Path:
     """Write one result once: into a temp folder, then renamed into place. When another process
     finished the same key first, its result is kept and ours dropped (they are equal)."""
-    from .results import save_results
+    from ..results import save_results
 
     final = result_dir(out, ckpt_id, task, settings)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -341,3 +341,40 @@ def views_lock(out: Path, wait: float = VIEWS_LOCK_TIMEOUT) -> Iterator[None]:
         yield
     finally:
         unlock(path)
+
+
+# ---------------------------------------------------------------- one result per requested task
+RESULT_KEYS_BY_TASK = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
+                       "n-samples", "samples")
+
+
+def _members(results: dict, name: str) -> set[str]:
+    found, todo = set(), [name]
+    subtasks = results.get("group_subtasks", {})
+    while todo:
+        t = todo.pop()
+        if t not in found:
+            found.add(t)
+            todo += subtasks.get(t, [])
+    return found
+
+
+def split_results(results: dict, name: str) -> dict:
+    """The part of an lm-eval results dict that belongs to requested task (or group) ``name``."""
+    keep = _members(results, name)
+    part = {k: v for k, v in results.items() if k not in RESULT_KEYS_BY_TASK}
+    for key in RESULT_KEYS_BY_TASK:
+        if key in results:
+            part[key] = {t: v for t, v in results[key].items() if t in keep}
+    return part
+
+
+def _merge_results(parts: list[dict]) -> dict:
+    merged: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            if key in RESULT_KEYS_BY_TASK:
+                merged.setdefault(key, {}).update(value)
+            else:
+                merged.setdefault(key, value)
+    return merged
