@@ -22,7 +22,6 @@ from .hf import HFBackend
 from .plan import REQUIRED_PACKAGES, _task_settings, make_backend, run_sweep, shard_from_env, vllm_available
 from .store import split_results
 from .views import MANIFEST, SWEEP_COLUMNS, format_summary, plot, rebuild_views, report, summarize, sweep_rows, write_outputs
-from .vllm import CPU_MEMORY_UTILIZATION, VLLMBackend, import_lm_eval_vllm
 
 __all__ = [
     "CPU_MEMORY_UTILIZATION", "HFBackend", "LOCK_TIMEOUT", "MANIFEST", "REQUIRED_PACKAGES", "SWEEP_COLUMNS",
@@ -30,3 +29,15 @@ __all__ = [
     "rebuild_views", "report", "run_sweep", "shard_from_env", "split_results", "summarize", "sweep_rows",
     "vllm_available", "write_outputs",
 ]
+
+
+VLLM_NAMES = ("CPU_MEMORY_UTILIZATION", "VLLMBackend", "import_lm_eval_vllm")
+
+
+def __getattr__(name: str):
+    """The vLLM backend's names, imported on first use only."""
+    if name in VLLM_NAMES:
+        from . import vllm
+
+        return getattr(vllm, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
