@@ -130,6 +130,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
+    if text == "auto":
+        from .sweep import SweepError, shard_from_env
+
+        try:
+            return shard_from_env()
+        except (SweepError, ValueError) as err:
+            raise UsageError(str(err) if isinstance(err, SweepError) else
+                             f"--shard auto: the Slurm array or RANK/WORLD_SIZE variables are not numbers ({err})") from None
     try:
         index, count = (int(x) for x in text.split("/"))
     except ValueError:
@@ -144,20 +152,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     backend = args.backend or ("vllm" if vllm_available() else "hf")
     cfg = SweepConfig(
-        run_dir=Path(args.run_dir), tasks=[t for t in args.tasks.split(",") if t], output_path=Path(args.output_path),
+        run_dir=Path(args.run_dir), tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
+        output_path=Path(args.output_path),
         backend=backend, base=args.base, limit=args.limit, batch_size=args.batch_size,
         include_base=args.include_base, shard=_parse_shard(args.shard), watch=args.watch,
         poll_interval=args.poll_interval, settle_seconds=args.settle_seconds, max_polls=args.max_polls,
         device=args.device, tensor_parallel_size=args.tensor_parallel_size,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
-        lora_group=args.lora_group,
+        lora_group=args.lora_group, lock_timeout=args.lock_timeout,
     )
     try:
         failed = run_sweep(cfg)
     except SweepError as err:
         raise UsageError(str(err)) from None
     if failed:
-        print(f"cf-tasks: {failed} checkpoint(s) failed; see the errors above and {cfg.output_path / 'manifest.json'}",
+        print(f"cf-tasks: {failed} checkpoint(s) failed; see the errors above and {cfg.output_path / 'sweep.json'}",
               file=sys.stderr)
         return 1
     return 0
@@ -213,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
     p.add_argument("--batch_size", default=1, help="lm-eval batch size (hf backend)")
     p.add_argument("--include_base", action="store_true", help="also score the base model as step 0")
-    p.add_argument("--shard", default="0/1", help="I/N: score every N-th checkpoint starting at I (0-based)")
+    p.add_argument("--shard", default="0/1",
+                   help="I/N: score every N-th checkpoint starting at I (0-based); 'auto': I/N from "
+                        "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or RANK/WORLD_SIZE")
     p.add_argument("--watch", action="store_true", help="keep polling RUN_DIR for new checkpoints")
     p.add_argument("--poll_interval", type=float, default=30.0, help="seconds between polls with --watch")
     p.add_argument("--settle_seconds", type=float, default=10.0,
@@ -225,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LoRA adapters of one base generated together in one batch (1: one at a time)")
     p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
+    p.add_argument("--lock_timeout", type=float, default=6 * 3600.0,
+                   help="seconds after which another host's claim on a checkpoint is taken over (a claim of a "
+                        "dead process on this host is taken over at once)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="merge sweep outputs (e.g. shards) and redraw the plot")

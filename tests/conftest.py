@@ -29,7 +29,7 @@ def tiny_model(tmp_path_factory):
 @pytest.fixture
 def made_backends(monkeypatch):
     """The backends ``run_sweep`` makes, kept for the test to inspect."""
-    import cf_tasks.sweep as sweep
+    import cf_tasks.sweep.plan as sweep
 
     made = []
     real = sweep.make_backend

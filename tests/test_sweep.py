@@ -3,7 +3,11 @@ adapters, a corrupt and a half-written checkpoint."""
 
 import csv
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -97,7 +101,8 @@ def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_bac
 
     frame = pd.read_csv(out / "sweep.csv")
     assert list(frame.columns) == ["checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend",
-                                   "model", "version"]
+                                   "model", "version", "run", "settings", "limit", "apply_chat_template", "metadata",
+                                   "checkpoint_id"]
     assert sorted(frame["step"].unique()) == [100, 200, 300]
     assert set(frame["metric"]) >= {"counterfactual_acc", "parametric_acc", "acc", "context_prob"}
     assert (frame["n"] == 3).all() and (frame["backend"] == "hf").all()
@@ -123,7 +128,7 @@ def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_bac
     # Resume: nothing finished is redone; a re-saved checkpoint is.
     before = (out / "checkpoints" / "checkpoint-200" / "results.json").stat().st_mtime_ns
     ckpt300 = run_dir["full"] / "checkpoint-300" / "config.json"
-    ckpt300.write_text(ckpt300.read_text())  # touch: newer modification time
+    ckpt300.write_text(ckpt300.read_text() + "\n")  # re-saved: new content (the identity is the content)
     assert main(args) == 1
     assert (out / "checkpoints" / "checkpoint-200" / "results.json").stat().st_mtime_ns == before
     manifest2 = json.loads((out / "manifest.json").read_text())
@@ -228,7 +233,7 @@ def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_di
 
 
 def test_a_resaved_adapter_is_scored_with_its_new_weights_under_watch(run_dir, tmp_path, monkeypatch):
-    import cf_tasks.sweep as sweep
+    import cf_tasks.sweep.plan as sweep
 
     run = tmp_path / "live"
     run.mkdir()
@@ -290,3 +295,430 @@ def test_watch_skips_checkpoints_still_being_written(tmp_path, run_dir):
     assert failed == 0  # the half-written checkpoint is waited for, not failed
     names = {e["name"] for e in json.loads((out / "manifest.json").read_text())["checkpoints"].values()}
     assert names == {"checkpoint-1"}
+
+
+# ---------------------------------------------------------------- the results store (issue 13)
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = dict(log=lambda *a, **k: None)
+
+
+def _run_of(tmp_path, run_dir, name, picks):
+    """A run folder under ``tmp_path`` with copies of the module's checkpoints: {new name: old name}."""
+    run = tmp_path / name
+    run.mkdir()
+    for new, old in picks.items():
+        shutil.copytree(run_dir["full"] / old, run / new)
+    return run
+
+
+def _cli(*args, env=None, **kw):
+    """cf-tasks in a new Python process that imports this checkout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "cf_tasks.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _values(out):
+    """(run, checkpoint, step, task, metric, settings) -> (value, n) from sweep.json; a duplicate fails."""
+    found = {}
+    for r in json.loads((out / "sweep.json").read_text())["rows"]:
+        key = (Path(r.get("run") or "").name, r["checkpoint"], r["step"], r["task"], r["metric"], r.get("settings"))
+        assert key not in found, key
+        found[key] = (r["value"], r["n"])
+    return found
+
+
+def _results_in_store(out):
+    return sorted(p.parent.relative_to(out / "store").parts for p in (out / "store").glob("*/*/*/record.json"))
+
+
+def test_case1_concurrent_shards_and_a_duplicate_equal_a_serial_run(run_dir, tmp_path):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200",
+                                             "checkpoint-3": "checkpoint-300"})
+    serial = tmp_path / "serial"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=serial, limit=2), **QUIET) == 0
+    shared = tmp_path / "shared"
+    args = [str(run), "--tasks", "cf_capitals_mc", "--output_path", str(shared), "--limit", "2", "--backend", "hf"]
+    procs = [_cli("sweep", *args, "--shard", s) for s in ("0/2", "1/2", "0/2")]
+    codes = [p.wait(timeout=600) for p in procs]
+    assert codes == [0, 0, 0], [p.stderr.read()[-2000:] for p in procs]
+    assert _values(shared) == _values(serial)
+    ids = _results_in_store(shared)
+    assert len(ids) == len(set(ids)) == 3  # three checkpoints x one task, each once
+    status = {e["name"]: e["status"] for e in json.loads((shared / "manifest.json").read_text())["checkpoints"].values()}
+    assert status == {"checkpoint-1": "done", "checkpoint-2": "done", "checkpoint-3": "done"}
+    assert not list(shared.rglob("*.cftmp")) and not list((shared / "claims").glob("*.lock"))
+
+
+KILL_DURING_WRITE = """
+import os, signal, sys
+import cf_tasks.results as results
+real_save = results.save_results
+count = [0]
+def save(res, folder):
+    real_save(res, folder)
+    count[0] += 1
+    if count[0] == 2:  # the second result: its files are written, its record not, not yet renamed
+        os.kill(os.getpid(), signal.SIGKILL)
+    return folder
+results.save_results = save
+from cf_tasks.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_sigkill_during_a_write_leaves_a_store_the_next_run_completes(run_dir, tmp_path):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    serial = tmp_path / "serial"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=serial, limit=2), **QUIET) == 0
+    out = tmp_path / "out"
+    args = [str(run), "--tasks", "cf_capitals_mc", "--output_path", str(out), "--limit", "2", "--backend", "hf"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run([sys.executable, "-c", KILL_DURING_WRITE, "sweep", *args], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert list(out.rglob("*.cftmp")) and list((out / "claims").glob("*.lock"))  # the killed run's temp and claim
+    assert len(_results_in_store(out)) == 1  # the first checkpoint's result survived
+    assert main(["sweep", *args]) == 0
+    assert _values(out) == _values(serial)
+    assert not list(out.rglob("*.cftmp"))  # the killed run's temp folder was cleaned
+    assert not list((out / "claims").glob("*.lock"))
+
+
+def test_case2_another_task_into_a_finished_output_keeps_the_first_tasks_results(run_dir, tmp_path):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    out = tmp_path / "out"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2), **QUIET) == 0
+    first = _values(out)
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, limit=2), **QUIET) == 0
+    both = _values(out)
+    assert {k: v for k, v in both.items() if k[3] == "cf_capitals_mc"} == first
+    assert {k[3] for k in both} == {"cf_capitals_mc", "cf_capitals"}
+    results = json.loads((out / "checkpoints" / "checkpoint-1" / "results.json").read_text())
+    assert set(results["results"]) == {"cf_capitals_mc", "cf_capitals"}
+    # Both tasks again: nothing is re-scored.
+    before = _results_in_store(out)
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc", "cf_capitals"], output_path=out, limit=2),
+                     **QUIET) == 0
+    assert _results_in_store(out) == before and _values(out) == both
+
+
+def test_case3_same_named_checkpoints_of_two_runs_never_collide(run_dir, tmp_path):
+    run_a = _run_of(tmp_path, run_dir, "run_a", {"checkpoint-1": "checkpoint-100"})
+    run_b = _run_of(tmp_path, run_dir, "run_b", {"checkpoint-1": "checkpoint-300"})
+    out, alone = tmp_path / "out", tmp_path / "alone"
+    for run in (run_a, run_b):
+        assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2), **QUIET) == 0
+    assert run_sweep(SweepConfig(run_dir=run_a, tasks=["cf_capitals_mc"], output_path=alone, limit=2), **QUIET) == 0
+    values = _values(out)
+    a = {k[1:]: v for k, v in values.items() if k[0] == "run_a"}
+    b = {k[1:]: v for k, v in values.items() if k[0] == "run_b"}
+    assert a == {k[1:]: v for k, v in _values(alone).items()}  # run_a's rows still read run_a's results
+    assert a.keys() == b.keys() and a != b
+    entries = json.loads((out / "manifest.json").read_text())["checkpoints"].values()
+    assert sorted(Path(e["run"]).name for e in entries) == ["run_a", "run_b"]
+    views = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert len(views) == 2 and all(v.startswith("checkpoint-1@run_") for v in views)
+    summary = json.loads((out / "sweep.json").read_text())["summary"]
+    assert summary == {} or len(summary) == 2
+
+
+def test_case4_an_empty_task_list_against_a_finished_output_changes_nothing(run_dir, tmp_path, capsys):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    out = tmp_path / "out"
+    args = ["sweep", str(run), "--output_path", str(out), "--limit", "2", "--backend", "hf"]
+    assert main([*args, "--tasks", "cf_capitals_mc"]) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".png"}
+    capsys.readouterr()
+    for tasks in ("", " , "):
+        assert main([*args, "--tasks", tasks]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "--tasks is empty" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".png"} == before
+
+
+def test_case5_results_of_other_settings_are_kept_apart(run_dir, tmp_path, capsys):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    out = tmp_path / "out"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=3), **QUIET) == 0
+    (run / "checkpoint-3").mkdir()
+    for f in (run_dir["full"] / "checkpoint-300").iterdir():
+        shutil.copy(f, run / "checkpoint-3" / f.name)
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2), **QUIET) == 0
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    by_settings = {}
+    for r in rows:
+        by_settings.setdefault((r["settings"], r["limit"]), []).append(r)
+    assert sorted(k[1] for k in by_settings) == [2, 3]
+    for (settings, limit), group in by_settings.items():
+        assert {r["n"] for r in group} == {limit}  # never n=2 beside n=3 in one settings
+    assert {r["checkpoint"] for r in by_settings[next(k for k in by_settings if k[1] == 2)]} == \
+        {"checkpoint-1", "checkpoint-2", "checkpoint-3"}  # limit 2 re-scored every checkpoint
+    series = {(r["series"], r["settings"]) for r in rows}
+    assert len({s for s, _ in series}) == len(series)  # one series never holds two settings
+    # metadata and the chat template are settings too
+    from cf_tasks.registry import task_manager
+    from cf_tasks.sweep import _task_settings
+    from cf_tasks.sweep.store import settings_hash
+
+    tm = task_manager()
+    variants = [SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2),
+                SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2, metadata={"seed": 7}),
+                SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2, apply_chat_template=True),
+                SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=3)]
+    assert len({settings_hash(_task_settings(c, tm)["cf_capitals_mc"]) for c in variants}) == 4
+    # report over two outputs of different limits: split into one series per settings, said in one line
+    other = tmp_path / "other"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=other, limit=3), **QUIET) == 0
+    capsys.readouterr()
+    assert main(["report", str(out), str(other), "--output_path", str(tmp_path / "merged")]) == 0
+    err = capsys.readouterr().err
+    assert "cf_capitals_mc: rows under different evaluation settings" in err and err.count("\n") == 1
+    merged, mine, others = _values(tmp_path / "merged"), _values(out), _values(other)
+    common = mine.keys() & others.keys()
+    assert common and all(mine[k] == others[k] for k in common)
+    assert merged == {**others, **mine}  # a result in both outputs counts once
+
+
+def test_case5_report_refuses_one_checkpoint_scored_from_two_contents(run_dir, tmp_path, capsys):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=a, limit=2), **QUIET) == 0
+    shutil.copy(run_dir["full"] / "checkpoint-200" / "model.safetensors", run / "checkpoint-1" / "model.safetensors")
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=b, limit=2), **QUIET) == 0
+    capsys.readouterr()
+    assert main(["report", str(a), str(b), "--output_path", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "different results" in err and "checkpoint-1" in err
+
+
+def _permuted_tokenizer(folder):
+    """Give the checkpoint's tokenizer another vocabulary order: same size, other ids."""
+    path = folder / "tokenizer.json"
+    tok = json.loads(path.read_text())
+    vocab = tok["model"]["vocab"]
+    words = sorted((w for w, i in vocab.items() if i >= 4), key=vocab.get)
+    ids = [vocab[w] for w in words]
+    for w, i in zip(words, reversed(ids)):
+        vocab[w] = i
+    path.write_text(json.dumps(tok))
+
+
+def test_case6_hf_weight_swap_loads_fresh_when_the_tokenizer_differs(run_dir, tmp_path, made_backends):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    _permuted_tokenizer(run / "checkpoint-2")
+    out = tmp_path / "out"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=3), **QUIET) == 0
+    assert made_backends[0].swaps == 0
+    fresh = run_lm_eval("hf", ["cf_capitals_mc"], model_args=f"pretrained={run / 'checkpoint-2'},dtype=float32,device=cpu",
+                        limit=3)["results"]["cf_capitals_mc"]["context_prob,none"]
+    swept = {k[1]: v[0] for k, v in _values(out).items() if k[4] == "context_prob"}
+    assert swept["checkpoint-2"] == pytest.approx(fresh, abs=1e-6)
+
+
+def _err_line(capsys):
+    """The one line a sweep or report printed (the progress bar aside)."""
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cf-tasks:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_case7_bad_arguments_stop_before_any_model_loads(run_dir, tmp_path, capsys, monkeypatch):
+    import cf_tasks.sweep.plan as sweep
+
+    monkeypatch.setattr(sweep, "make_backend", lambda *a: pytest.fail("a model was loaded"))
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    out = tmp_path / "out"
+    base = ["sweep", str(run), "--backend", "hf"]
+    cases = [
+        (["--output_path", str(a_file), "--tasks", "cf_capitals_mc"], "is a file, not a folder"),
+        (["--output_path", str(a_file / "sub"), "--tasks", "cf_capitals_mc"], "is a file, so the folder cannot be created"),
+        (["--output_path", str(out), "--tasks", "cf_capitalz"], "unknown task 'cf_capitalz' (did you mean cf_capitals"),
+        (["--output_path", str(out), "--tasks", "cf_capitals_mc", "--limit", "0"], "--limit 0: must be a positive"),
+        (["--output_path", str(out), "--tasks", "cf_capitals_mc", "--limit", "-1"], "--limit -1: must be a positive"),
+    ]
+    for extra, expected in cases:
+        assert main([*base, *extra]) == 2, extra
+        assert expected in _err_line(capsys)
+    assert not out.exists()  # nothing left behind
+    real_listdir = os.listdir
+
+    def unreadable(path):
+        if Path(path).name == "checkpoint-1":
+            raise PermissionError(13, "Permission denied")
+        return real_listdir(path)
+
+    with monkeypatch.context() as m:
+        m.setattr(sweep.os, "listdir", unreadable)
+        assert main([*base, "--output_path", str(out), "--tasks", "cf_capitals_mc"]) == 2
+        err = _err_line(capsys)
+        assert "checkpoint-1: cannot read the checkpoint folder (Permission denied)" in err
+    with monkeypatch.context() as m:
+        m.setitem(sweep.REQUIRED_PACKAGES, "hf", ("no_such_package_cf",))
+        assert main([*base, "--output_path", str(out), "--tasks", "cf_capitals_mc"]) == 2
+        assert "pip install no_such_package_cf" in _err_line(capsys)
+    assert not out.exists()
+
+
+def test_case7_a_missing_package_at_load_stops_the_sweep_with_the_install_command(run_dir, tmp_path, capsys,
+                                                                                 monkeypatch):
+    import cf_tasks.sweep.plan as sweep
+
+    def no_accelerate(self, ckpt):
+        raise ModuleNotFoundError("No module named 'accelerate'", name="accelerate")
+
+    monkeypatch.setattr(sweep.HFBackend, "model_for", no_accelerate)
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    assert main(["sweep", str(run), "--backend", "hf", "--output_path", str(tmp_path / "o"), "--tasks",
+                 "cf_capitals_mc", "--limit", "2"]) == 2
+    err = _err_line(capsys)
+    assert "pip install accelerate" in err and "checkpoint" not in err
+
+
+def test_case7_a_task_whose_dataset_cannot_load_is_one_line(run_dir, tmp_path, capsys):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    code = main(["sweep", str(run), "--backend", "hf", "--output_path", str(tmp_path / "o"), "--tasks", "arc_easy",
+                 "--limit", "2"])
+    err = capsys.readouterr().err.strip()
+    if code != 2 and "arc_easy" not in err:
+        pytest.skip("arc_easy is in the local dataset cache")
+    assert code == 2 and err.count("\n") == 0, err
+    assert err.startswith("cf-tasks: error: task arc_easy:") and "allenai/ai2_arc" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_case8_files_respect_the_umask_and_leftovers_are_cleaned(run_dir, tmp_path):
+    import socket
+
+    from cf_tasks.sweep import store as sweep_store
+
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    out = tmp_path / "out"
+    (out / "store" / "abc").mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    host = socket.gethostname()
+    leftovers = [out / f".sweep.csv.{host}.{dead}.0a1b{sweep_store.TMP_MARK}",
+                 out / "store" / "abc" / f".x.{host}.{dead}.0a1c{sweep_store.TMP_MARK}"]
+    leftovers[0].write_text("half")
+    leftovers[1].mkdir()
+    live = out / f".sweep.json.{host}.1.0a1d{sweep_store.TMP_MARK}"  # pid 1 lives: another writer's
+    live.write_text("in flight")
+    (out / "store" / "abc" / "where").mkdir()
+    made_by_test = {out / "store", out / "store" / "abc", out / "store" / "abc" / "where"}
+    old = os.umask(0o027)
+    try:
+        assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2), **QUIET) == 0
+    finally:
+        os.umask(old)
+    assert not any(p.exists() for p in leftovers) and live.exists()
+    live.unlink()
+    modes = {p.relative_to(out): p.stat().st_mode & 0o777 for p in out.rglob("*") if p not in made_by_test}
+    assert {m for p, m in modes.items() if (out / p).is_file()} == {0o640}
+    assert {m for p, m in modes.items() if (out / p).is_dir()} == {0o750}
+
+
+def test_case8_weights_rewritten_with_their_old_mtime_are_rescored(run_dir, tmp_path):
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    out = tmp_path / "out"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2), **QUIET) == 0
+    first = _values(out)
+    weights = run / "checkpoint-1" / "model.safetensors"
+    stat = weights.stat()
+    shutil.copyfile(run_dir["full"] / "checkpoint-200" / "model.safetensors", weights)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=out, limit=2), **QUIET) == 0
+    second = _values(out)
+    assert second.keys() == first.keys() and second != first
+    other = tmp_path / "other"
+    alone = _run_of(tmp_path, run_dir, "alone", {"checkpoint-1": "checkpoint-200"})
+    assert run_sweep(SweepConfig(run_dir=alone, tasks=["cf_capitals_mc"], output_path=other, limit=2), **QUIET) == 0
+    assert {k[1:]: v for k, v in second.items()} == {k[1:]: v for k, v in _values(other).items()}
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '{"rows": 5}', '{"rows": [{"checkpoint": "x"}]}', '{"rows": [', ""])
+def test_case8_report_on_a_malformed_sweep_json_is_one_line(tmp_path, capsys, content):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "sweep.json").write_text(content)
+    assert main(["report", str(out)]) == 2
+    assert "not a valid sweep.json" in _err_line(capsys)
+
+
+def test_case8_concurrent_plots_use_their_own_temp_names(tmp_path):
+    from cf_tasks.sweep import plot
+
+    rows = [{"task": "cf_x", "metric": "counterfactual_acc", "step": s, "value": 0.5, "stderr": 0.1} for s in (1, 2)]
+    (tmp_path / ".inversion.png.tmp.png").mkdir()  # the one fixed name every sweep used
+    plot(rows, tmp_path / "inversion.png")
+    assert (tmp_path / "inversion.png").stat().st_size > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".inversion.png.tmp.png", "inversion.png"]
+
+
+@pytest.mark.parametrize("stage", ["claim", "evaluate", "write", "views"])
+def test_an_interrupt_at_each_stage_resumes_to_the_uninterrupted_csv(run_dir, tmp_path, monkeypatch, stage):
+    import cf_tasks.evaluate as evaluate
+    import cf_tasks.sweep.plan as sweep
+    from cf_tasks.sweep import store as sweep_store
+
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    reference = tmp_path / "reference"
+    cfg = dict(run_dir=run, tasks=["cf_capitals_mc"], limit=2)
+    assert run_sweep(SweepConfig(output_path=reference, **cfg), **QUIET) == 0
+    target = {"claim": (sweep_store, "try_lock"), "evaluate": (evaluate, "run_lm_eval"),
+              "write": (sweep_store, "write_json"), "views": (sweep, "rebuild_views")}[stage]
+    real = getattr(*target)
+    calls = [0]
+
+    def interrupted(*a, **k):
+        calls[0] += 1
+        if calls[0] == 2 or (stage == "write" and str(a[0]).endswith("record.json") and calls[0] > 2):
+            if stage == "write":
+                calls[0] = -10**6
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:
+        m.setattr(*target, interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(SweepConfig(output_path=out, **cfg), **QUIET)
+    assert run_sweep(SweepConfig(output_path=out, **cfg), **QUIET) == 0
+    assert (out / "sweep.csv").read_text() == (reference / "sweep.csv").read_text()
+    assert not list(out.rglob("*.cftmp")) and not list((out / "claims").glob("*.lock"))
+
+
+def test_shard_auto_reads_slurm_or_torchrun_variables():
+    from cf_tasks.sweep import SweepError, shard_from_env
+
+    assert shard_from_env({"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}) == (3, 4)
+    assert shard_from_env({"SLURM_ARRAY_TASK_ID": "11", "SLURM_ARRAY_TASK_COUNT": "4",
+                           "SLURM_ARRAY_TASK_MIN": "10"}) == (1, 4)
+    assert shard_from_env({"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0",
+                           "SLURM_ARRAY_TASK_STEP": "4"}) == (2, 4)
+    assert shard_from_env({"RANK": "1", "WORLD_SIZE": "2"}) == (1, 2)
+    assert shard_from_env({}) == (0, 1)
+    with pytest.raises(SweepError, match="outside 0..1"):
+        shard_from_env({"RANK": "2", "WORLD_SIZE": "2"})
+
+
+def test_a_stale_claim_is_taken_over_and_a_live_one_is_not(tmp_path):
+    import socket
+    import time
+
+    from cf_tasks.sweep.store import try_lock, unlock
+
+    lock = tmp_path / "claims" / "x.lock"
+    lock.parent.mkdir()
+    lock.write_text(json.dumps({"pid": 1, "host": socket.gethostname(), "time": time.time()}))
+    assert not try_lock(lock, timeout=3600)  # pid 1 lives on this host
+    lock.write_text(json.dumps({"pid": 1, "host": "another-host", "time": time.time()}))
+    assert not try_lock(lock, timeout=3600)  # another host's, recent
+    old = time.time() - 7200
+    os.utime(lock, (old, old))
+    assert try_lock(lock, timeout=3600)  # another host's, older than the timeout
+    assert json.loads(lock.read_text())["pid"] == os.getpid()
+    unlock(lock)
+    assert not lock.exists()

@@ -1,0 +1,43 @@
+"""The checkpoint-sweep scorer: every checkpoint of a fine-tuning run, in one command.
+
+This is the paper's main instrument (Figures 2-5): counterfactual and parametric accuracy over
+training steps. One process loads the task index and the datasets once and keeps one model
+engine: LoRA adapters are served in turn on the base model (each with its own LoRA id on vLLM);
+full checkpoints swap their weights into the loaded transformers model when the architecture and
+tokenizer match and reload otherwise (vLLM restarts its engine for them).
+
+Every argument, task name and dataset is checked before a model loads (one line, exit 2). Results
+go into the store of the output folder: one result per checkpoint content, task and evaluation
+settings, written once; any number of processes may share the folder. ``sweep.csv`` /
+``sweep.json`` (one row per checkpoint x task x metric x settings), ``checkpoints/<name>/``,
+``inversion.png`` and ``manifest.json`` are views rebuilt from the store.
+
+One module per job: ``plan`` (checks, settings, the loop), ``store`` (results, claims, temp files),
+``views`` (tables, plot, summary, ``report``), ``hf`` and ``vllm`` (the backends), ``groups`` (LoRA
+adapters generated together), ``config`` (``SweepConfig``, ``SweepError``).
+"""
+
+from .config import LOCK_TIMEOUT, SweepConfig, SweepError
+from .hf import HFBackend
+from .plan import REQUIRED_PACKAGES, _task_settings, make_backend, run_sweep, shard_from_env, vllm_available
+from .store import split_results
+from .views import MANIFEST, SWEEP_COLUMNS, format_summary, plot, rebuild_views, report, summarize, sweep_rows, write_outputs
+
+__all__ = [
+    "CPU_MEMORY_UTILIZATION", "HFBackend", "LOCK_TIMEOUT", "MANIFEST", "REQUIRED_PACKAGES", "SWEEP_COLUMNS",
+    "SweepConfig", "SweepError", "VLLMBackend", "_task_settings", "format_summary", "import_lm_eval_vllm", "make_backend", "plot",
+    "rebuild_views", "report", "run_sweep", "shard_from_env", "split_results", "summarize", "sweep_rows",
+    "vllm_available", "write_outputs",
+]
+
+
+VLLM_NAMES = ("CPU_MEMORY_UTILIZATION", "VLLMBackend", "import_lm_eval_vllm")
+
+
+def __getattr__(name: str):
+    """The vLLM backend's names, imported on first use only."""
+    if name in VLLM_NAMES:
+        from . import vllm
+
+        return getattr(vllm, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

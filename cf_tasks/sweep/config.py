@@ -1,0 +1,35 @@
+"""The sweep's settings and its one-line error: what every module of the sweep shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_TIMEOUT = 6 * 3600.0  # a claim of another host older than this is taken over
+
+
+class SweepError(Exception):
+    """A problem with the whole sweep (no checkpoints, bad arguments): one line, exit 2."""
+
+
+@dataclass
+class SweepConfig:
+    run_dir: Path
+    tasks: list[str]
+    output_path: Path
+    backend: str = "hf"
+    base: str | None = None
+    limit: float | None = None
+    batch_size: int | str = 1
+    include_base: bool = False
+    shard: tuple[int, int] = (0, 1)
+    watch: bool = False
+    poll_interval: float = 30.0
+    settle_seconds: float = 10.0
+    max_polls: int | None = None
+    device: str | None = None
+    tensor_parallel_size: int = 1
+    apply_chat_template: bool = False
+    metadata: dict | None = None
+    lora_group: int = 4
+    lock_timeout: float = LOCK_TIMEOUT  # a claim older than this is taken over (other hosts' claims)

@@ -1,0 +1,243 @@
+"""The transformers backend: one HFLM model object; adapters attached with peft, full checkpoints'
+weights swapped in when the config and tokenizer match (otherwise loaded fresh)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..checkpoints import Checkpoint
+from .groups import _AdapterGroups, _generation_key, _GroupedGeneration
+
+if TYPE_CHECKING:
+    from .config import SweepConfig
+
+
+@functools.cache
+def _sweep_hflm_class():
+    """lm-eval's HFLM, plus generation of a group of LoRA adapters in one batch.
+
+    lm-eval hands ``_model_generate`` one batch of prompts. When several adapters of the same
+    base wait to be scored, the batch is repeated once per adapter and generated in one call with
+    peft's mixed-adapter batches (``adapter_names``): decoding on a CPU or a small model is bound by
+    reading the weights, so 4 x 8 rows cost far less than four batches of 8. Each row sees the
+    same prompt, padding and greedy decoding as in a batch of its own, so the answers are the same
+    (the tests compare them with separate ``lm_eval --model_args peft=...`` runs).
+    """
+    from lm_eval.models.huggingface import HFLM
+
+    class SweepHFLM(_GroupedGeneration, HFLM):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._init_groups()
+
+        def _model_generate(self, context, max_length, stop, **generation_kwargs):
+            def alone():
+                return HFLM._model_generate(self, context, max_length, stop, **generation_kwargs)
+
+            if self.active is None or generation_kwargs.get("do_sample"):
+                return alone()  # sampled rows would draw from each other's random streams
+
+            def together(names):
+                grouped = dict(generation_kwargs)
+                if grouped.get("attention_mask") is not None:
+                    grouped["attention_mask"] = grouped["attention_mask"].repeat(len(names), 1)
+                rows = context.shape[0]
+                out = HFLM._model_generate(self, context.repeat(len(names), 1), max_length, stop,
+                                           adapter_names=[n for n in names for _ in range(rows)], **grouped)
+                return [chunk.clone() for chunk in out.split(rows)]
+
+            return self._serve(_generation_key(context, max_length, stop, generation_kwargs), alone, together)
+
+    return SweepHFLM
+
+
+
+class HFBackend(_AdapterGroups):
+    """transformers through lm-eval's HFLM; one model object, weights and adapters swapped in.
+
+    LoRA adapters of the same base are loaded ``lora_group`` at a time into one peft model and
+    generated together (see ``_sweep_hflm_class``); each is still scored by its own lm-eval run.
+    """
+
+    name = "hf"
+
+    def __init__(self, cfg: SweepConfig):
+        self.cfg = cfg
+        self.lm = None
+        self.loaded_from: str | None = None
+        self.device = cfg.device or _default_device()
+        # An automatic batch size already fills the device: repeating it per adapter would not fit.
+        self.group_size = 1 if str(cfg.batch_size).startswith("auto") else max(1, int(cfg.lora_group))
+        self.pending: list[Checkpoint] = []
+        self.adapter_names: dict[Path, str] = {}  # adapters of the loaded group still to score
+        self.names_used = 0
+        self.swaps = 0  # full checkpoints whose weights went into the loaded model
+
+    def _new_lm(self, pretrained: str):
+        self.lm = _sweep_hflm_class()(pretrained=pretrained, device=self.device, dtype="float32",
+                                      batch_size=self.cfg.batch_size)
+        self.loaded_from = pretrained
+        self.adapter_names = {}
+
+    def model_for(self, ckpt: Checkpoint):
+        if ckpt.kind == "lora":
+            return self._lora(ckpt)
+        return self._full(ckpt)
+
+    def _full(self, ckpt: Checkpoint):
+        # The loaded model keeps its tokenizer: swap weights only under the same one.
+        if self.lm is not None and _same_config(self.loaded_from, ckpt.path) and _same_tokenizer(self.loaded_from, ckpt.path):
+            self._unwrap_peft()
+            state = _load_state_dict(ckpt)
+            missing, unexpected = self.lm.model.load_state_dict(state, strict=False)
+            tied = {k for k in missing if "lm_head" in k}  # tied embeddings are not saved
+            if set(missing) - tied or unexpected:
+                self._new_lm(str(ckpt.path))
+            else:
+                self.loaded_from = str(ckpt.path)
+                self.swaps += 1
+        else:
+            self._new_lm(str(ckpt.path))
+        return self.lm
+
+    def _lora(self, ckpt: Checkpoint):
+        if self.lm is None or self.loaded_from != ckpt.base:
+            self._new_lm(ckpt.base)
+        solo = False
+        if ckpt.path not in self.adapter_names:
+            if self.adapter_names:
+                # Members of the loaded group still wait (this one was left out of it, e.g. its
+                # load failed then): attach it beside them instead of dropping their answers.
+                self._attach(ckpt)
+                solo = True
+            else:
+                self._load_group(ckpt)
+        name = self.adapter_names[ckpt.path]
+        self.lm.model.set_adapter(name)
+        self.lm.active = None if solo else name
+        return self.lm
+
+    def _attach(self, ckpt: Checkpoint) -> str:
+        """Load one more adapter into the peft model under a fresh name. peft registers the
+        config before it loads the weights, so a failed load is deleted again: a later adapter
+        must never inherit it."""
+        name = f"a{self.names_used}"
+        self.names_used += 1
+        try:
+            self.lm._model.load_adapter(str(ckpt.path), adapter_name=name, is_trainable=False)
+        except Exception:
+            if name in self.lm._model.peft_config:
+                self.lm._model.delete_adapter(name)
+            raise
+        self.adapter_names[ckpt.path] = name
+        return name
+
+    def _load_group(self, ckpt: Checkpoint) -> None:
+        """Load ``ckpt`` and up to ``group_size - 1`` adapters due after it (same base) together."""
+        from peft import PeftModel
+
+        self._unwrap_peft()
+        self.lm.gen_cache = {}
+        self.adapter_names, self.names_used = {ckpt.path: "a0"}, 1
+        self.lm._model = PeftModel.from_pretrained(self.lm.model, str(ckpt.path), adapter_name="a0",
+                                                   is_trainable=False)
+        for mate in self._mates(ckpt, self.group_size - 1):
+            try:
+                self._attach(mate)
+            except Exception:  # it fails again, with its own error, when its turn comes
+                continue
+        self.lm.waiting = list(self.adapter_names.values())
+        self.lm._model.eval()
+
+    def base_model(self, base: str):
+        if self.lm is None or self.loaded_from != base:
+            self._new_lm(base)
+        self._unwrap_peft()
+        return self.lm
+
+    def _unwrap_peft(self) -> None:
+        from peft import PeftModel
+
+        if isinstance(self.lm._model, PeftModel):
+            self.lm._model = self.lm._model.unload()
+        self.adapter_names = {}
+        self.lm.active, self.lm.waiting, self.lm.gen_cache = None, [], {}
+
+
+
+CONFIG_KEYS_THAT_MAY_DIFFER = ("_name_or_path", "transformers_version")
+
+
+def _same_config(old: str | Path | None, new: Path) -> bool:
+    """Two model folders with the same config.json, but for bookkeeping keys: a loaded model or
+    engine keeps the old one's RoPE, context length and the rest, so anything else forces a
+    fresh load."""
+    try:
+        a = json.loads((Path(old) / "config.json").read_text())
+        b = json.loads((Path(new) / "config.json").read_text())
+    except (OSError, TypeError, json.JSONDecodeError):
+        return False
+    for key in CONFIG_KEYS_THAT_MAY_DIFFER:
+        a.pop(key, None)
+        b.pop(key, None)
+    return a == b
+
+
+def _tensor_names(folder: Path) -> set[str] | None:
+    """The tensor names of a safetensors checkpoint, from the headers; None when not safetensors."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            return set(json.loads(index.read_text())["weight_map"])
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
+            return set(handle.keys())
+    except Exception:
+        return None
+
+
+def _same_tensor_names(old: str | Path | None, new: Path) -> bool:
+    """vLLM keeps the old value of a tensor the new checkpoint lacks: swap only complete sets."""
+    if old is None:
+        return False
+    a, b = _tensor_names(Path(old)), _tensor_names(Path(new))
+    return a is not None and a == b
+
+
+def _same_tokenizer(old: str | Path | None, new: Path) -> bool:
+    """lm-eval's VLLM keeps the tokenizer it was started with: only swap weights under the same one."""
+    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+             "generation_config.json", "chat_template.jinja")
+    for name in names:
+        a, b = Path(old or "") / name, Path(new) / name
+        if a.is_file() != b.is_file() or (a.is_file() and a.read_bytes() != b.read_bytes()):
+            return False
+    return True
+
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_state_dict(ckpt: Checkpoint) -> dict:
+    weights = ckpt.files[0]
+    if weights.name == "model.safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(weights))
+    if weights.name.endswith(".index.json"):
+        index = json.loads(weights.read_text())
+        state: dict = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            state.update(_load_state_dict(Checkpoint(path=ckpt.path, step=ckpt.step, files=[ckpt.path / shard])))
+        return state
+    import torch
+
+    return torch.load(str(weights), map_location="cpu", weights_only=True)
