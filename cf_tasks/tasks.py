@@ -3,20 +3,25 @@ aggregations the YAMLs name with ``!function cf_tasks.tasks.<name>``.
 
 Metric names are the same strings in YAML, the results JSON and every table:
 ``counterfactual_acc``, ``parametric_acc``, ``both_rate``, ``neither_rate``,
-``context_preference`` for generation tasks; ``acc`` and ``context_prob`` for the ``_mc`` ones.
+``context_preference`` for generation tasks; ``acc``, ``context_prob``, ``acc_norm`` and
+``context_prob_norm`` for the ``_mc`` ones.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 from typing import Any
 
-from .scoring import score
+from .scoring import score, score_quote
+from .text import contains
 
 GENERATION_METRICS = ("counterfactual_acc", "parametric_acc", "both_rate", "neither_rate", "context_preference")
-MC_METRICS = ("acc", "context_prob")
+MC_METRICS = ("acc", "context_prob", "acc_norm", "context_prob_norm")
 PERSON_RELATIONS = frozenset({"person_name"})
+QUOTE_RELATIONS = frozenset({"quote_ending"})
+PAIR_LINE = re.compile(r"\s*([^:\n]{1,80}):[ \t]*(.*)", re.DOTALL)
 
 
 def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, revision: str | None = None,
@@ -59,14 +64,33 @@ def built_dataset(dataset: str, seed: int):
 
 
 def score_doc(doc: dict, generation: str):
+    """Which answer ``generation`` gives for ``doc``: a completion of the saying for the quote
+    tasks (whose ``question`` is the saying without its last word), a stated answer otherwise."""
+    if doc.get("relation") in QUOTE_RELATIONS:
+        return score_quote(generation, doc["question"], doc["counterfactual_answer"], doc["parametric_answer"],
+                           instruction=doc.get("context") or "")
     return score(
-        generation,
+        _pair_answer(doc, generation),
         doc["counterfactual_answer"],
         doc["parametric_answer"],
         doc.get("counterfactual_aliases") or (),
         doc.get("parametric_aliases") or (),
         person=doc.get("relation") in PERSON_RELATIONS,
     )
+
+
+def _pair_answer(doc: dict, generation: str) -> str:
+    """For a "Subject:" query (the IC-recall tasks), the part of a "Subject: answer" line that
+    answers the query: a pair for another subject ("Guatemala: Dzongkha" after "Ecuador:") answers
+    nothing about the query."""
+    query = doc.get("question") or ""
+    pair = PAIR_LINE.match(generation)
+    if not query.rstrip().endswith(":") or pair is None:
+        return generation
+    label = pair.group(1)
+    if contains(label, query.rstrip().rstrip(":")) or contains(label, "answer"):  # "The answer is: ..."
+        return pair.group(2)
+    return ""
 
 
 def process_results(doc: dict, results: list[str]) -> dict[str, Any]:
@@ -93,10 +117,23 @@ def context_preference(labels: list[str]) -> float:
 def process_results_mc(doc: dict, results: list[tuple[float, bool]]) -> dict[str, float]:
     """Log-likelihood variants: choice 0 is the counterfactual answer, choice 1 the parametric one.
 
-    ``context_prob`` is p_c / (p_c + p_a), the ratio M_C of the paper's Theorem 1.
+    ``context_prob`` is p_c / (p_c + p_a), the ratio M_C of the paper's Theorem 1. The two answers
+    of an item differ in length, so ``acc_norm`` and ``context_prob_norm`` compare log-likelihoods
+    per character of the answer, as lm-eval's ``acc_norm`` does (``len`` of the choice string).
     """
     log_c, log_a = results[0][0], results[1][0]
-    return {"acc": float(log_c > log_a), "context_prob": _sigmoid(log_c - log_a)}
+    norm_c = log_c / _answer_length(doc["counterfactual_answer"])
+    norm_a = log_a / _answer_length(doc["parametric_answer"])
+    return {
+        "acc": float(log_c > log_a),
+        "context_prob": _sigmoid(log_c - log_a),
+        "acc_norm": float(norm_c > norm_a),
+        "context_prob_norm": _sigmoid(norm_c - norm_a),
+    }
+
+
+def _answer_length(answer: str) -> int:
+    return max(1, len(answer))
 
 
 def _sigmoid(x: float) -> float:
