@@ -1,7 +1,11 @@
-"""Seconds per item of the suite on the bundled SmolLM2-135M-Instruct, per task, at two batch
-sizes side by side (one loaded model, chat template on as `cf-tasks eval` uses it).
+"""Seconds per item of the suite on the bundled SmolLM2-135M-Instruct, per task, at several batch
+sizes side by side (one loaded model, chat template on as `cf-tasks eval` uses it), and whether the
+greedy answers equal those of the first batch size, item by item.
 
-    python benchmarks/eval_bench.py [--limit 20] [--batch_sizes 1,8]
+    python benchmarks/eval_bench.py [--limit 20] [--batch_sizes 1,8] [--device cpu]
+
+The batch sizes take turns task by task, so a machine that slows down during the run slows them
+alike.
 """
 
 from __future__ import annotations
@@ -16,31 +20,41 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--batch_sizes", default="1,8")
+    parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     args = parser.parse_args()
 
     from lm_eval.models.huggingface import HFLM
 
     from cf_tasks.default_model import default_model_path
-    from cf_tasks.evaluate import run_lm_eval
+    from cf_tasks.evaluate import default_device, run_lm_eval
     from cf_tasks.registry import task_manager
 
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     tm = task_manager()
-    lm = HFLM(pretrained=str(default_model_path()), dtype="float32", device="cpu", batch_size=sizes[0])
-    table: dict[str, dict[int, float]] = {t: {} for t in TASKS}
-    for size in sizes:
-        lm.batch_size_per_gpu = size
-        for task in TASKS:
+    lm = HFLM(pretrained=str(default_model_path()), dtype="float32", device=args.device or default_device(),
+              batch_size=sizes[0])
+    seconds: dict[str, dict[int, float]] = {t: {} for t in TASKS}
+    answers: dict[str, dict[int, dict[int, str]]] = {t: {} for t in TASKS}
+    for task in TASKS:
+        for size in sizes:
+            lm.batch_size_per_gpu = size
             start = time.perf_counter()
-            run_lm_eval(lm, [task], limit=args.limit, apply_chat_template=True, task_manager=tm)
-            table[task][size] = (time.perf_counter() - start) / args.limit
+            out = run_lm_eval(lm, [task], limit=args.limit, apply_chat_template=True, task_manager=tm, log_samples=True)
+            seconds[task][size] = (time.perf_counter() - start) / args.limit
+            answers[task][size] = {s["doc_id"]: s["filtered_resps"][0] for s in out["samples"][task]}
+    first, last = sizes[0], sizes[-1]
     header = "".join(f"{f'batch {s} s/item':>18s}" for s in sizes)
-    print(f"{'task':16s}{header}{'ratio':>10s}")
-    for task, row in table.items():
-        cells = "".join(f"{row[s]:18.2f}" for s in sizes)
-        print(f"{task:16s}{cells}{row[sizes[0]] / row[sizes[-1]]:10.2f}x")
-    mean = {s: sum(table[t][s] for t in TASKS) / len(TASKS) for s in sizes}
-    print(f"{'mean':16s}" + "".join(f"{mean[s]:18.2f}" for s in sizes) + f"{mean[sizes[0]] / mean[sizes[-1]]:10.2f}x")
+    print(f"{'task':16s}{header}{'ratio':>10s}{'same answers':>16s}")
+    same_all = total = 0
+    for task in TASKS:
+        ref = answers[task][first]
+        same = min(sum(answers[task][s][i] == a for i, a in ref.items()) for s in sizes)
+        same_all, total = same_all + same, total + len(ref)
+        cells = "".join(f"{seconds[task][s]:18.2f}" for s in sizes)
+        print(f"{task:16s}{cells}{seconds[task][first] / seconds[task][last]:10.2f}x{f'{same}/{len(ref)}':>16s}")
+    mean = {s: sum(seconds[t][s] for t in TASKS) / len(TASKS) for s in sizes}
+    cells = "".join(f"{mean[s]:18.2f}" for s in sizes)
+    print(f"{'mean':16s}{cells}{mean[first] / mean[last]:10.2f}x{f'{same_all}/{total}':>16s}")
 
 
 if __name__ == "__main__":
