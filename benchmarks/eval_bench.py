@@ -2,7 +2,7 @@
 sizes side by side (one loaded model, chat template on as `cf-tasks eval` uses it), and whether the
 greedy answers equal those of the first batch size, item by item.
 
-    python benchmarks/eval_bench.py [--limit 20] [--batch_sizes 1,8] [--device cpu]
+    python benchmarks/eval_bench.py [--limit 20] [--batch_sizes 1,8] [--tasks cf_bio,cf_quotes] [--device cpu]
 
 The batch sizes take turns task by task, so a machine that slows down during the run slows them
 alike.
@@ -20,6 +20,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--batch_sizes", default="1,8")
+    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated (default: the suite's four)")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     args = parser.parse_args()
 
@@ -30,12 +31,13 @@ def main() -> None:
     from cf_tasks.registry import task_manager
 
     sizes = [int(b) for b in args.batch_sizes.split(",")]
+    tasks = [t for t in args.tasks.split(",") if t]
     tm = task_manager()
     lm = HFLM(pretrained=str(default_model_path()), dtype="float32", device=args.device or default_device(),
               batch_size=sizes[0])
-    seconds: dict[str, dict[int, float]] = {t: {} for t in TASKS}
-    answers: dict[str, dict[int, dict[int, str]]] = {t: {} for t in TASKS}
-    for task in TASKS:
+    seconds: dict[str, dict[int, float]] = {t: {} for t in tasks}
+    answers: dict[str, dict[int, dict[int, str]]] = {t: {} for t in tasks}
+    for task in tasks:
         for size in sizes:
             lm.batch_size_per_gpu = size
             start = time.perf_counter()
@@ -46,13 +48,13 @@ def main() -> None:
     header = "".join(f"{f'batch {s} s/item':>18s}" for s in sizes)
     print(f"{'task':16s}{header}{'ratio':>10s}{'same answers':>16s}")
     same_all = total = 0
-    for task in TASKS:
+    for task in tasks:
         ref = answers[task][first]
         same = min(sum(answers[task][s][i] == a for i, a in ref.items()) for s in sizes)
         same_all, total = same_all + same, total + len(ref)
         cells = "".join(f"{seconds[task][s]:18.2f}" for s in sizes)
         print(f"{task:16s}{cells}{seconds[task][first] / seconds[task][last]:10.2f}x{f'{same}/{len(ref)}':>16s}")
-    mean = {s: sum(seconds[t][s] for t in TASKS) / len(TASKS) for s in sizes}
+    mean = {s: sum(seconds[t][s] for t in tasks) / len(tasks) for s in sizes}
     cells = "".join(f"{mean[s]:18.2f}" for s in sizes)
     print(f"{'mean':16s}{cells}{mean[first] / mean[last]:10.2f}x{f'{same_all}/{total}':>16s}")
 
