@@ -1,6 +1,8 @@
 """Seconds per item of the suite on the bundled SmolLM2-135M-Instruct, per task, at several batch
 sizes side by side (one loaded model, chat template on as `cf-tasks eval` uses it), and whether the
-greedy answers equal those of the first batch size, item by item.
+greedy answers equal those of the first batch size, item by item. CPU seconds (all threads of this
+process) are printed beside the wall seconds: on a machine that other jobs share, they show the work
+a batch size costs when the wall time mostly shows the wait for a core.
 
     python benchmarks/eval_bench.py [--limit 20] [--batch_sizes 1,8] [--tasks cf_bio,cf_quotes] [--device cpu]
 
@@ -36,28 +38,30 @@ def main() -> None:
     lm = HFLM(pretrained=str(default_model_path()), dtype="float32", device=args.device or default_device(),
               batch_size=sizes[0])
     seconds: dict[str, dict[int, float]] = {t: {} for t in tasks}
+    cpu: dict[str, dict[int, float]] = {t: {} for t in tasks}
     answers: dict[str, dict[int, dict[int, str]]] = {t: {} for t in tasks}
     for task in tasks:
         for size in sizes:
             lm.batch_size_per_gpu = size
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             out = run_lm_eval(lm, [task], limit=args.limit, apply_chat_template=True, task_manager=tm, log_samples=True)
             seconds[task][size] = (time.perf_counter() - start) / args.limit
+            cpu[task][size] = (time.process_time() - start_cpu) / args.limit
             answers[task][size] = {s["doc_id"]: s["filtered_resps"][0] for s in out["samples"][task]}
     first, last = sizes[0], sizes[-1]
-    header = "".join(f"{f'batch {s} s/item':>18s}" for s in sizes)
-    print(f"{'task':16s}{header}{'ratio':>10s}{'same answers':>16s}")
-    same_all = total = 0
-    for task in tasks:
-        ref = answers[task][first]
-        same = min(sum(answers[task][s][i] == a for i, a in ref.items()) for s in sizes)
-        same_all, total = same_all + same, total + len(ref)
-        cells = "".join(f"{seconds[task][s]:18.2f}" for s in sizes)
-        print(f"{task:16s}{cells}{seconds[task][first] / seconds[task][last]:10.2f}x{f'{same}/{len(ref)}':>16s}")
-    mean = {s: sum(seconds[t][s] for t in tasks) / len(tasks) for s in sizes}
-    cells = "".join(f"{mean[s]:18.2f}" for s in sizes)
-    print(f"{'mean':16s}{cells}{mean[first] / mean[last]:10.2f}x{f'{same_all}/{total}':>16s}")
-
+    for label, table in (("wall", seconds), ("CPU", cpu)):
+        header = "".join(f"{f'batch {s} {label} s/item':>22s}" for s in sizes)
+        print(f"{'task':16s}{header}{'ratio':>10s}{'same answers':>16s}")
+        same_all = total = 0
+        for task in tasks:
+            ref = answers[task][first]
+            same = min(sum(answers[task][s][i] == a for i, a in ref.items()) for s in sizes)
+            same_all, total = same_all + same, total + len(ref)
+            cells = "".join(f"{table[task][s]:22.2f}" for s in sizes)
+            print(f"{task:16s}{cells}{table[task][first] / table[task][last]:10.2f}x{f'{same}/{len(ref)}':>16s}")
+        mean = {s: sum(table[t][s] for t in tasks) / len(tasks) for s in sizes}
+        cells = "".join(f"{mean[s]:22.2f}" for s in sizes)
+        print(f"{'mean':16s}{cells}{mean[first] / mean[last]:10.2f}x{f'{same_all}/{total}':>16s}\n")
 
 if __name__ == "__main__":
     main()
