@@ -2,7 +2,8 @@
 sizes side by side (one loaded model, chat template on as `cf-tasks eval` uses it), and whether the
 greedy answers equal those of the first batch size, item by item. CPU seconds (all threads of this
 process) are printed beside the wall seconds: on a machine that other jobs share, they show the work
-a batch size costs when the wall time mostly shows the wait for a core.
+a batch size costs when the wall time mostly shows the wait for a core. The "model" rows count only
+the time inside the model's generate / log-likelihood calls, without building the tasks' datasets.
 
     python benchmarks/eval_bench.py [--limit 20] [--batch_sizes 1,8] [--tasks cf_bio,cf_quotes] [--device cpu]
 
@@ -39,17 +40,31 @@ def main() -> None:
               batch_size=sizes[0])
     seconds: dict[str, dict[int, float]] = {t: {} for t in tasks}
     cpu: dict[str, dict[int, float]] = {t: {} for t in tasks}
+    model: dict[str, dict[int, float]] = {t: {} for t in tasks}
+    in_model = [0.0]
+
+    def timed(method):
+        def call(*a, **kw):
+            start = time.perf_counter()
+            try:
+                return method(*a, **kw)
+            finally:
+                in_model[0] += time.perf_counter() - start
+        return call
+
+    lm.generate_until, lm.loglikelihood = timed(lm.generate_until), timed(lm.loglikelihood)
     answers: dict[str, dict[int, dict[int, str]]] = {t: {} for t in tasks}
     for task in tasks:
         for size in sizes:
             lm.batch_size_per_gpu = size
-            start, start_cpu = time.perf_counter(), time.process_time()
+            start, start_cpu, in_model[0] = time.perf_counter(), time.process_time(), 0.0
             out = run_lm_eval(lm, [task], limit=args.limit, apply_chat_template=True, task_manager=tm, log_samples=True)
             seconds[task][size] = (time.perf_counter() - start) / args.limit
             cpu[task][size] = (time.process_time() - start_cpu) / args.limit
+            model[task][size] = in_model[0] / args.limit
             answers[task][size] = {s["doc_id"]: s["filtered_resps"][0] for s in out["samples"][task]}
     first, last = sizes[0], sizes[-1]
-    for label, table in (("wall", seconds), ("CPU", cpu)):
+    for label, table in (("wall", seconds), ("CPU", cpu), ("model", model)):
         header = "".join(f"{f'batch {s} {label} s/item':>22s}" for s in sizes)
         print(f"{'task':16s}{header}{'ratio':>10s}{'same answers':>16s}")
         same_all = total = 0

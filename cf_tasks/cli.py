@@ -105,7 +105,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError(str(err)) from None
         model_args = f"pretrained={path},dtype=float32"
         if batch_size is None:
-            # Greedy answers equal batch 1's, several times faster (benchmarks/eval_bench.py).
+            # Greedy answers equal to batch 1's; benchmarks/eval_bench.py measures both side by side.
             batch_size = DEFAULT_MODEL_BATCH_SIZE
         if args.apply_chat_template is None:
             args.apply_chat_template = True  # an instruct model: raw prompts mostly get <|im_end|>
