@@ -79,11 +79,12 @@ def lm_eval_reads_entry_points(monkeypatch):
     import lm_eval.tasks.manager as manager
 
     real_build, builtins, scanned = manager.TaskIndex.build, Path(manager.__file__).parent, []
+    native = indexes_our_tasks(manager.TaskManager(include_defaults=False))  # an lm-eval with #4015
 
     def build(paths, **kwargs):
         paths = list(paths)
         at = 1 if paths and paths[0] == builtins else 0
-        scanned.append(paths[:at] + _entry_point_task_dirs() + paths[at:])
+        scanned.append(paths if native else paths[:at] + _entry_point_task_dirs() + paths[at:])
         return real_build(scanned[-1], **kwargs)
 
     monkeypatch.setattr(manager.TaskIndex, "build", staticmethod(build))
