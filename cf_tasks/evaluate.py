@@ -10,6 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def default_device() -> str:
+    """The device a run uses when none is given: the machine's GPU if it has one."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def our_task_names() -> set[str]:
     from .registry import task_manager
 
@@ -31,6 +38,7 @@ def run_lm_eval(
     apply_chat_template: bool = False,
     log_samples: bool = False,
     task_manager=None,
+    device: str | None = None,
 ) -> dict:
     """``lm_eval.simple_evaluate`` with a task manager that indexes built-ins only when needed."""
     import lm_eval
@@ -45,6 +53,7 @@ def run_lm_eval(
         tasks=tasks,
         limit=limit,
         batch_size=batch_size,
+        device=device,
         task_manager=task_manager,
         apply_chat_template=apply_chat_template,
         log_samples=log_samples,

@@ -16,14 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A tiny random Llama whose word-level vocabulary covers the datasets' text."""
-    import dataset_builders
-    from tiny_model import build_tiny_model
+    from tiny_model import build_tiny_model, dataset_corpus
 
-    corpus = []
-    for name in dataset_builders.DATASETS:
-        for item in dataset_builders.build(name):
-            corpus += [item.context, item.question, item.counterfactual_answer, item.parametric_answer]
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), corpus)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_llama"), dataset_corpus())
 
 
 @pytest.fixture

@@ -4,18 +4,22 @@ uploads go to a recording fake of ``HfApi`` and "published" copies are local dry
 """
 
 import functools
+import importlib
 import logging
 from collections import Counter
 from pathlib import Path
 
 import datasets
 import huggingface_hub
-import httpx2
 import pandas as pd
 import pytest
 import yaml
 from huggingface_hub import DatasetCard, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RemoteEntryNotFoundError
+from packaging.version import Version
+
+# The HTTP client whose responses huggingface_hub's errors carry: httpx2 from hub 2.0, httpx before.
+http_client = importlib.import_module("httpx2" if Version(huggingface_hub.__version__).major >= 2 else "httpx")
 
 from cf_tasks import hub
 from cf_tasks.cli import main
@@ -275,8 +279,8 @@ def test_missing_token_is_one_line_error_before_any_work(monkeypatch, tmp_path, 
 
 
 def _http_error(status: int, message: str, cls=HfHubHTTPError):
-    request = httpx2.Request("POST", f"https://huggingface.co/api/datasets/{REPO}/commit/main")
-    return cls(message, response=httpx2.Response(status, request=request))
+    request = http_client.Request("POST", f"https://huggingface.co/api/datasets/{REPO}/commit/main")
+    return cls(message, response=http_client.Response(status, request=request))
 
 
 class FakeHub:
