@@ -16,6 +16,7 @@ from cf_tasks.cli import main
 from cf_tasks.evaluate import run_lm_eval
 from cf_tasks.checkpoints import discover
 from cf_tasks.sweep import SweepConfig, run_sweep
+from tiny_model import build_lora_adapter
 
 TASKS = "cf_capitals_mc,cf_quotes"
 LIMIT = "3"
@@ -37,23 +38,6 @@ def _make_full(src, dest, seed):
         shutil.copy(f, dest / f.name)
 
 
-def _make_lora(base, dest, seed, r=4):
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(base)
-    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
-    torch.manual_seed(seed)
-    for name, p in peft_model.named_parameters():
-        if "lora_" in name:
-            torch.nn.init.normal_(p, std=1.0)
-    peft_model.save_pretrained(dest)
-    cfg = json.loads((dest / "adapter_config.json").read_text())
-    cfg["base_model_name_or_path"] = str(base)
-    (dest / "adapter_config.json").write_text(json.dumps(cfg))
-
-
 @pytest.fixture(scope="module")
 def run_dir(tiny_model, tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
@@ -72,7 +56,7 @@ def run_dir(tiny_model, tmp_path_factory):
     lora = root / "lora"
     lora.mkdir()
     for step, seed in ((10, 11), (20, 12)):
-        _make_lora(tiny_model, lora / f"step_{step}", seed)
+        build_lora_adapter(tiny_model, lora / f"step_{step}", seed)
     return {"full": full, "lora": lora, "base": tiny_model}
 
 
@@ -207,7 +191,7 @@ def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_di
     run.mkdir()
     shutil.copytree(run_dir["lora"] / "step_10", run / "step_10")
     bad = run / "step_15"
-    _make_lora(run_dir["base"], bad, seed=13, r=2)  # weights open, but their rank is not the config's
+    build_lora_adapter(run_dir["base"], bad, seed=13, r=2)  # weights open, but their rank is not the config's
     cfg = json.loads((bad / "adapter_config.json").read_text())
     (bad / "adapter_config.json").write_text(json.dumps({**cfg, "r": 4}))
     scaled = run / "step_20"
