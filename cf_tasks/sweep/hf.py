@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..checkpoints import Checkpoint
+from ..evaluate import default_device
 from .groups import _AdapterGroups, _generation_key, _GroupedGeneration
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class HFBackend(_AdapterGroups):
         self.cfg = cfg
         self.lm = None
         self.loaded_from: str | None = None
-        self.device = cfg.device or _default_device()
+        self.device = cfg.device or default_device()
         # An automatic batch size already fills the device: repeating it per adapter would not fit.
         self.group_size = 1 if str(cfg.batch_size).startswith("auto") else max(1, int(cfg.lora_group))
         self.pending: list[Checkpoint] = []
@@ -218,12 +219,6 @@ def _same_tokenizer(old: str | Path | None, new: Path) -> bool:
             return False
     return True
 
-
-
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _load_state_dict(ckpt: Checkpoint) -> dict:
