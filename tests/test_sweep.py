@@ -16,26 +16,10 @@ from cf_tasks.cli import main
 from cf_tasks.evaluate import run_lm_eval
 from cf_tasks.checkpoints import discover
 from cf_tasks.sweep import SweepConfig, run_sweep
-from tiny_model import build_lora_adapter
+from tiny_model import build_full_checkpoint, build_lora_adapter
 
 TASKS = "cf_capitals_mc,cf_quotes"
 LIMIT = "3"
-
-
-def _make_full(src, dest, seed):
-    """A full checkpoint: the tiny model's config and tokenizer with re-randomised weights."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(src)
-    torch.manual_seed(seed)
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.5)
-    model.save_pretrained(dest)
-    for f in src.glob("tokenizer*"):
-        shutil.copy(f, dest / f.name)
-    for f in src.glob("special_tokens_map.json"):
-        shutil.copy(f, dest / f.name)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +28,7 @@ def run_dir(tiny_model, tmp_path_factory):
     full = root / "full"
     full.mkdir()
     for step, seed in ((100, 1), (200, 2), (300, 3)):
-        _make_full(tiny_model, full / f"checkpoint-{step}", seed)
+        build_full_checkpoint(tiny_model, full / f"checkpoint-{step}", seed)
     corrupt = full / "checkpoint-400"
     shutil.copytree(full / "checkpoint-100", corrupt)
     (corrupt / "model.safetensors").write_bytes(b"\x00garbage, not a safetensors file")

@@ -26,8 +26,7 @@ def _generations(samples_by_task):
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
     import dataset_builders
-    from test_sweep import _make_lora
-    from tiny_model import build_tiny_model
+    from tiny_model import build_lora_adapter, build_tiny_model
 
     corpus = [t for name in ("cf_capitals", "cf_quotes") for i in dataset_builders.build(name)
               for t in (i.context, i.question, i.counterfactual_answer, i.parametric_answer)]
@@ -35,7 +34,7 @@ def lora_run(tmp_path_factory):
     base = build_tiny_model(tmp_path_factory.mktemp("vllm_base"), corpus, hidden_size=128, num_heads=2)
     run = tmp_path_factory.mktemp("vllm_run")
     for step, seed in ((1, 21), (2, 22)):
-        _make_lora(base, run / f"checkpoint-{step}", seed)
+        build_lora_adapter(base, run / f"checkpoint-{step}", seed)
     return base, run
 
 
@@ -76,13 +75,13 @@ def test_one_engine_serves_adapters_like_separate_runs(lora_run, tmp_path, made_
 def test_full_checkpoints_reload_weights_into_the_running_engine(lora_run, tmp_path, made_backends):
     from cf_tasks.evaluate import run_lm_eval
     from cf_tasks.sweep import SweepConfig, import_lm_eval_vllm, run_sweep
-    from test_sweep import _make_full
+    from tiny_model import build_full_checkpoint
 
     base, _ = lora_run
     run = tmp_path / "run"
     run.mkdir()
     for step, seed in ((1, 31), (2, 32)):
-        _make_full(base, run / f"checkpoint-{step}", seed)
+        build_full_checkpoint(base, run / f"checkpoint-{step}", seed)
     out = tmp_path / "out"
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_quotes"], output_path=out, backend="vllm", limit=3)) == 0
     assert made_backends[0].reloads == 1  # the second checkpoint's weights went into the first engine
