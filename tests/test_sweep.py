@@ -105,7 +105,7 @@ def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_bac
     assert redone == ["checkpoint-300"]
 
 
-def test_lora_sweep_with_base_and_shards_merge(run_dir, tmp_path):
+def test_lora_sweep_with_base_and_shards_merge(run_dir, tmp_path, made_backends):
     outs = []
     for shard in ("0/2", "1/2"):
         out = tmp_path / f"shard{shard[0]}"
@@ -125,6 +125,16 @@ def test_lora_sweep_with_base_and_shards_merge(run_dir, tmp_path):
                         f"{run_dir['lora'] / 'step_10'},dtype=float32,device=cpu", limit=3)["results"]
     assert probs[10] == pytest.approx(fresh["cf_capitals_mc"]["context_prob,none"], abs=1e-6)
     assert (merged / "inversion.png").is_file()
+    # The merged folder is a store holding both shards' results: a sweep into it has nothing left to
+    # score, and its views rebuilt from that store equal the report's.
+    results = sorted(p.parent.relative_to(o / "store") for o in outs for p in (o / "store").glob("*/*/*/record.json"))
+    assert sorted(p.parent.relative_to(merged / "store") for p in (merged / "store").glob("*/*/*/record.json")) == results
+    assert (merged / "checkpoints" / "step_10" / "results.json").is_file()
+    before = _values(merged)
+    made_backends.clear()
+    assert main(["sweep", str(run_dir["lora"]), "--tasks", "cf_capitals_mc", "--output_path", str(merged),
+                 "--limit", LIMIT, "--backend", "hf", "--include_base"]) == 0
+    assert all(b.lm is None for b in made_backends) and _values(merged) == before  # no model loaded
 
 
 def _responses(samples):

@@ -238,6 +238,49 @@ def read_store(out: Path) -> tuple[list[dict], list[dict]]:
     return records, places
 
 
+def merge_store(src: Path, target: Path) -> int:
+    """Copy every finished result and place record of ``src``'s store that ``target``'s lacks (each
+    result folder copied under a temporary name, then renamed into place; nothing of ``target`` is
+    replaced), and ``src``'s failures of places with no result in either. Returns the results added."""
+    src_store, dst_store = Path(src) / STORE, Path(target) / STORE
+    if src_store.resolve() == dst_store.resolve() or not src_store.is_dir():
+        return 0
+    added = 0
+    for ckpt in sorted(src_store.iterdir()):
+        if not ckpt.is_dir() or _tmp_owner(ckpt.name):
+            continue
+        for path in sorted((ckpt / "where").glob("*.json")):
+            dest = dst_store / ckpt.name / "where" / path.name
+            if not dest.exists() and not _tmp_owner(path.name):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(dest, path.read_bytes())
+        for record in sorted(ckpt.glob("*/*/record.json")):
+            folder = record.parent
+            if folder.parent.name == "where" or _tmp_owner(folder.name):
+                continue
+            dest = dst_store / ckpt.name / folder.parent.name / folder.name
+            if (dest / "record.json").is_file():
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(_tmp_name(dest.name))
+            try:
+                shutil.copytree(folder, tmp)
+                os.rename(tmp, dest)
+                added += 1
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                if not (dest / "record.json").is_file():
+                    raise
+    with_results = {p["place"] for r in [read_store(target)] for p in r[1]
+                    if any(rec["id"] == p["id"] for rec in r[0])}
+    for failure in read_failures(src):
+        dest = failure_path(target, failure["place"])
+        if failure["place"] not in with_results and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(dest, (json.dumps(failure, indent=2, sort_keys=True) + "\n").encode())
+    return added
+
+
 # ---------------------------------------------------------------- failures
 def failure_path(out: Path, place: str) -> Path:
     return Path(out) / FAILURES / f"{place_hash(place)}.json"

@@ -269,14 +269,34 @@ def _read_sweep_json(path: Path) -> dict:
     return data
 
 
+def _output_rows(out: Path) -> tuple[list[dict], list[dict]]:
+    """An output folder's rows and failures: rebuilt from its store, or read from its sweep.json."""
+    if (out / store.STORE).is_dir():
+        fails = [{"checkpoint": f["name"], "path": f["path"], "run": f.get("run"), "error": f["error"]}
+                 for f in store.read_failures(out)]
+        return sweep_rows(out), fails
+    data = _read_sweep_json(out / "sweep.json")
+    return data["rows"], data.get("failures", [])
+
+
 def report(outs: list[Path], target: Path, log=print) -> dict:
     """Merge sweep outputs (shards, other machines) into ``target`` and redraw the plot. The same
     result seen in two outputs counts once; one checkpoint scored from different contents is
-    refused; a task with rows of several settings is split into one series per settings."""
+    refused; a task with rows of several settings is split into one series per settings.
+
+    Outputs with a store are merged store into store (``target`` gets every result it lacks, and
+    its views are rebuilt from its store, so it can be resumed or merged again); outputs of an
+    earlier version (a sweep.json only) are merged row by row."""
+    outs = [Path(o) for o in outs]
+    target = Path(target)
+    checked = outs + ([target] if (target / store.STORE).is_dir() and target.resolve() not in
+                      {o.resolve() for o in outs} else [])
     rows, failures, seen = [], [], {}
-    for out in outs:
-        data = _read_sweep_json(Path(out) / "sweep.json")
-        for row in data["rows"]:
+    for out in checked:
+        if not out.is_dir():
+            raise SweepError(f"{out}: not a folder; pass folders written by cf-tasks sweep")
+        out_rows, out_failures = _output_rows(out)
+        for row in out_rows:
             row = {k: v for k, v in row.items() if k != "series"}
             where = (row.get("run"), row["checkpoint"], row["step"], row["task"], row["metric"], row.get("settings"))
             if where in seen:
@@ -288,15 +308,19 @@ def report(outs: list[Path], target: Path, log=print) -> dict:
                 continue
             seen[where] = (row, out)
             rows.append(row)
-        failures += data.get("failures", [])
+        failures += out_failures
     split = sorted({r["task"] for r in rows if len({x.get("settings") for x in rows if x["task"] == r["task"]}) > 1})
     if split:
         log(f"cf-tasks: {', '.join(split)}: rows under different evaluation settings (limit, metadata, chat template, "
             "task version, ...); drawn as one series per settings", file=sys.stderr)
-    rows.sort(key=_row_order)
-    target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
-    summary = write_outputs(target, rows, failures)
+    if all((out / store.STORE).is_dir() for out in outs):
+        for out in outs:
+            store.merge_store(out, target)
+        summary = rebuild_views(target)
+    else:
+        rows.sort(key=_row_order)
+        summary = write_outputs(target, rows, failures)
     if summary:
         log(format_summary(summary))
     return summary
