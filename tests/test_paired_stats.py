@@ -7,7 +7,6 @@ computation from those samples; and sweep the tiny model end to end."""
 import json
 import math
 import time
-from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -290,6 +289,17 @@ def test_bad_alpha_is_one_line_and_exit_2(alpha, tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith(f"cf-tasks: error: --alpha {alpha}: must be") for line in lines)
     assert not (tmp_path / "out").exists()
+
+
+def test_bad_alpha_through_the_api_stops_before_any_model_loads(tmp_path):
+    import cf_tasks.sweep.plan as plan
+    from cf_tasks.sweep import SweepError
+
+    (tmp_path / "run" / "checkpoint-1").mkdir(parents=True)
+    cfg = SweepConfig(run_dir=tmp_path / "run", tasks=["cf_bio"], output_path=tmp_path / "out", alpha=2.0)
+    with mock.patch.object(plan, "make_backend", autospec=True) as make, pytest.raises(SweepError, match="--alpha 2.0"):
+        run_sweep(cfg, **QUIET)
+    make.assert_not_called()
 
 
 # ---------------------------------------------------------------- the tiny model end to end
