@@ -12,6 +12,10 @@ import time
 from pathlib import Path
 
 
+ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
+              "significant fall (default 0.05)")
+
+
 class UsageError(Exception):
     """A problem with the user's input; printed as one line without a traceback."""
 
@@ -151,9 +155,19 @@ def _parse_shard(text: str) -> tuple[int, int]:
     return index, count
 
 
+def _parse_alpha(text: str):
+    from .sweep import SweepError, check_alpha
+
+    try:
+        return check_alpha(text)
+    except SweepError as err:
+        raise UsageError(str(err)) from None
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import SweepConfig, SweepError, run_sweep, vllm_available
 
+    alpha = _parse_alpha(args.alpha)
     backend = args.backend or ("vllm" if vllm_available() else "hf")
     cfg = SweepConfig(
         run_dir=Path(args.run_dir), tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
@@ -163,7 +177,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval, settle_seconds=args.settle_seconds, max_polls=args.max_polls,
         device=args.device, tensor_parallel_size=args.tensor_parallel_size,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
-        lora_group=args.lora_group, lock_timeout=args.lock_timeout,
+        lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
     )
     try:
         failed = run_sweep(cfg)
@@ -180,8 +194,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .sweep import SweepError, report
 
     outs = [Path(p) for p in args.outputs]
+    alpha = _parse_alpha(args.alpha)
     try:
-        report(outs, Path(args.output_path) if args.output_path else outs[0])
+        report(outs, Path(args.output_path) if args.output_path else outs[0], alpha=alpha, items=args.items)
     except SweepError as err:
         raise UsageError(str(err)) from None
     return 0
@@ -245,11 +260,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock_timeout", type=float, default=6 * 3600.0,
                    help="seconds after which another host's claim on a checkpoint is taken over (a claim of a "
                         "dead process on this host is taken over at once)")
+    p.add_argument("--alpha", default="0.05",
+                   help=ALPHA_HELP)
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("report", help="merge sweep outputs (e.g. shards) and redraw the plot")
+    p = sub.add_parser("report", help="merge sweep outputs (e.g. shards), redraw the plot, rewrite summary.csv")
     p.add_argument("outputs", nargs="+", help="sweep output folders")
     p.add_argument("--output_path", default=None, help="where to write the merged outputs (default: the first)")
+    p.add_argument("--alpha", default="0.05",
+                   help=ALPHA_HELP)
+    p.add_argument("--items", action="store_true",
+                   help="also write items.csv: one row per checkpoint x task x item with its outcome")
     p.set_defaults(func=cmd_report)
 
     from .hub import add_publish_parser

@@ -13,13 +13,15 @@ settings, written once; any number of processes may share the folder. ``sweep.cs
 ``inversion.png`` and ``manifest.json`` are views rebuilt from the store.
 
 One module per job: ``plan`` (checks, settings, the loop), ``store`` (results, claims, temp files),
-``views`` (tables, plot, summary, ``report``), ``hf`` and ``vllm`` (the backends), ``groups`` (LoRA
-adapters generated together), ``config`` (``SweepConfig``, ``SweepError``).
+``views`` (tables, plot, summary, ``report``), ``stats`` (paired tests across checkpoints, items.csv),
+``hf`` and ``vllm`` (the backends), ``groups`` (LoRA adapters generated together), ``config``
+(``SweepConfig``, ``SweepError``).
 """
 
 from .config import LOCK_TIMEOUT, SweepConfig, SweepError
 from .hf import HFBackend
 from .plan import REQUIRED_PACKAGES, _task_settings, make_backend, run_sweep, shard_from_env, vllm_available
+from .stats import ALPHA, check_alpha, item_rows
 from .store import split_results
 from .views import MANIFEST, SWEEP_COLUMNS, format_summary, plot, rebuild_views, report, summarize, sweep_rows, write_outputs
 
@@ -27,7 +29,7 @@ __all__ = [
     "CPU_MEMORY_UTILIZATION", "HFBackend", "LOCK_TIMEOUT", "MANIFEST", "REQUIRED_PACKAGES", "SWEEP_COLUMNS",
     "SweepConfig", "SweepError", "VLLMBackend", "_task_settings", "format_summary", "import_lm_eval_vllm", "make_backend", "plot",
     "rebuild_views", "report", "run_sweep", "shard_from_env", "split_results", "summarize", "sweep_rows",
-    "vllm_available", "write_outputs",
+    "vllm_available", "write_outputs", "ALPHA", "check_alpha", "item_rows",
 ]
 
 

@@ -33,3 +33,4 @@ class SweepConfig:
     metadata: dict | None = None
     lora_group: int = 4
     lock_timeout: float = LOCK_TIMEOUT  # a claim older than this is taken over (other hosts' claims)
+    alpha: float = 0.05  # significance level of the summary's paired tests (stats.py)

@@ -15,6 +15,7 @@ from ..checkpoints import Checkpoint, check_weights, discover, settled, step_of
 from . import store
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
+from .stats import check_alpha
 from .store import split_results
 from .views import MANIFEST, format_summary, rebuild_views
 
@@ -52,6 +53,7 @@ def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
     """The checks that need no model and no task index: one SweepError (one line) each."""
     if not cfg.tasks:
         raise SweepError("--tasks is empty; pass comma-separated task names, e.g. --tasks cf_suite")
+    check_alpha(cfg.alpha)
     if cfg.limit is not None and not cfg.limit > 0:
         raise SweepError(f"--limit {cfg.limit:g}: must be a positive number of items per task (a value below 1 is a "
                          "fraction of each task)")
@@ -305,7 +307,7 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
             else:
                 failed.pop(place["place"], None)
                 store.clear_failure(out, place["place"])
-            rebuild_views(out)
+            rebuild_views(out, alpha=cfg.alpha)
         if busy and not cfg.watch:
             # Checkpoints of this shard that another process is scoring: wait for it (or for its
             # lock to go stale), so that exit 0 means this shard's results are all in the store.
@@ -315,7 +317,7 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
         if not cfg.watch or (cfg.max_polls is not None and polls >= cfg.max_polls):
             break
         time.sleep(cfg.poll_interval)
-    summary = rebuild_views(out)
+    summary = rebuild_views(out, alpha=cfg.alpha)
     if summary:
         log(format_summary(summary))
     return len(failed)

@@ -1,10 +1,10 @@
 """Views rebuilt from the store: sweep.csv, sweep.json, manifest.json, checkpoints/<name>/, the plot
-and the per-series summary; and ``report``, which merges the views of several output folders."""
+and the per-series summary (summary.csv, tested in ``stats``); and ``report``, which merges the views
+of several output folders (and writes items.csv on request)."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -13,11 +13,14 @@ from pathlib import Path
 from ..results import TIDY_COLUMNS, rows_to_csv, tidy_rows
 from . import store
 from .config import SweepError
+from .stats import ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, format_summary, item_rows, summarize
 from .store import _merge_results
 
 SWEEP_COLUMNS = ("checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend", "model", "version",
                  "run", "settings", "limit", "apply_chat_template", "metadata", "checkpoint_id")
 MANIFEST = "manifest.json"
+SUMMARY = "summary.csv"
+ITEMS = "items.csv"
 
 
 def _current(out: Path) -> tuple[list[tuple[dict, list[dict]]], list[dict]]:
@@ -114,7 +117,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
         tmp.rename(final)
 
 
-def rebuild_views(out: Path) -> dict:
+def rebuild_views(out: Path, alpha: float = ALPHA) -> dict:
     """sweep.csv, sweep.json, inversion.png, manifest.json and checkpoints/<name>/, all from the
     store, under the views lock (so that an older rebuild never lands last)."""
     with store.views_lock(out):
@@ -141,15 +144,20 @@ def rebuild_views(out: Path) -> dict:
         store.write_json(out / MANIFEST, manifest)
         rows = sweep_rows(out)
         fails = [{"checkpoint": f["name"], "path": f["path"], "run": f.get("run"), "error": f["error"]} for f in failures]
-        return write_outputs(out, rows, fails)
+        return write_outputs(out, rows, fails, stores=[out], alpha=alpha)
 
 
-def write_outputs(out: Path, rows: list[dict], failures: list[dict], settings: dict | None = None) -> dict:
-    """sweep.csv, sweep.json, inversion.png and the per-series summary, from the rows."""
+def write_outputs(out: Path, rows: list[dict], failures: list[dict], settings: dict | None = None, *,
+                  stores: list[Path] = (), alpha: float = ALPHA) -> dict:
+    """sweep.csv, sweep.json, inversion.png and the per-series summary (summary.csv, with the paired
+    tests on the samples kept in the stores of ``stores``), from the rows."""
     label_series(rows)
-    summary = summarize(rows)
+    summary = summarize(rows, stores, alpha)
     store.atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
-    payload = {"rows": rows, "summary": summary, "failures": failures}
+    store.atomic_write(out / SUMMARY, rows_to_csv(list(summary.values()), SUMMARY_COLUMNS))
+    # the stores the samples came from: a later report of a merged folder finds them again
+    payload = {"rows": rows, "summary": summary, "failures": failures,
+               "stores": list(dict.fromkeys(str(Path(s).resolve()) for s in stores))}
     store.atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
     if rows:
         plot(rows, out / "inversion.png")
@@ -177,34 +185,6 @@ def _series(rows: list[dict], series: str, metric: str) -> list[tuple[int, float
     pts = [(r["step"], r["value"], r["stderr"] or 0.0) for r in rows
            if r.get("series", r["task"]) == series and r["metric"] == metric and r["value"] is not None]
     return sorted(pts)
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Per cf task series: peak step, peak and final counterfactual accuracy, the drop, and whether the
-    curve rises and then falls, each by more than the standard error of the points compared."""
-    summary = {}
-    for series in sorted({r.get("series", r["task"]) for r in rows if r["metric"] == "counterfactual_acc"}):
-        pts = _series(rows, series, "counterfactual_acc")
-        if not pts:
-            continue
-        peak = max(pts, key=lambda p: p[1])
-        first, final = pts[0], pts[-1]
-        rises = peak[1] - first[1] > math.hypot(peak[2], first[2])
-        falls = peak[1] - final[1] > math.hypot(peak[2], final[2])
-        summary[series] = {
-            "peak_step": peak[0], "peak": peak[1], "final": final[1], "drop": peak[1] - final[1],
-            "inversion": bool(rises and falls and len(pts) >= 3),
-        }
-    return summary
-
-
-def format_summary(summary: dict) -> str:
-    width = max([24, *(len(t) for t in summary)])
-    lines = [f"{'task':{width}s} {'peak step':>9s} {'peak':>6s} {'final':>6s} {'drop':>6s}  inversion"]
-    for task, s in summary.items():
-        lines.append(f"{task:{width}s} {s['peak_step']:9d} {s['peak']:6.3f} {s['final']:6.3f} {s['drop']:6.3f}  "
-                     f"{'yes' if s['inversion'] else 'no'}")
-    return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -269,20 +249,22 @@ def _read_sweep_json(path: Path) -> dict:
     return data
 
 
-def _output_rows(out: Path) -> tuple[list[dict], list[dict]]:
-    """An output folder's rows and failures: rebuilt from its store, or read from its sweep.json."""
+def _output_rows(out: Path) -> tuple[list[dict], list[dict], list[Path]]:
+    """An output folder's rows, failures and the stores its samples are in: rebuilt from its own
+    store, or read from its sweep.json (which lists the stores its rows came from)."""
     if (out / store.STORE).is_dir():
         fails = [{"checkpoint": f["name"], "path": f["path"], "run": f.get("run"), "error": f["error"]}
                  for f in store.read_failures(out)]
-        return sweep_rows(out), fails
+        return sweep_rows(out), fails, [out]
     data = _read_sweep_json(out / "sweep.json")
-    return data["rows"], data.get("failures", [])
+    return data["rows"], data.get("failures", []), [out] + [Path(p) for p in data.get("stores", []) if isinstance(p, str)]
 
 
-def report(outs: list[Path], target: Path, log=print) -> dict:
+def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, items: bool = False) -> dict:
     """Merge sweep outputs (shards, other machines) into ``target`` and redraw the plot. The same
     result seen in two outputs counts once; one checkpoint scored from different contents is
-    refused; a task with rows of several settings is split into one series per settings.
+    refused; a task with rows of several settings is split into one series per settings. The
+    summary's paired tests read the samples in the stores; ``items`` also writes items.csv.
 
     Outputs with a store are merged store into store (``target`` gets every result it lacks, and
     its views are rebuilt from its store, so it can be resumed or merged again); outputs of an
@@ -291,11 +273,12 @@ def report(outs: list[Path], target: Path, log=print) -> dict:
     target = Path(target)
     checked = outs + ([target] if (target / store.STORE).is_dir() and target.resolve() not in
                       {o.resolve() for o in outs} else [])
-    rows, failures, seen = [], [], {}
+    rows, failures, seen, stores = [], [], {}, []
     for out in checked:
         if not out.is_dir():
             raise SweepError(f"{out}: not a folder; pass folders written by cf-tasks sweep")
-        out_rows, out_failures = _output_rows(out)
+        out_rows, out_failures, out_stores = _output_rows(out)
+        stores += out_stores
         for row in out_rows:
             row = {k: v for k, v in row.items() if k != "series"}
             where = (row.get("run"), row["checkpoint"], row["step"], row["task"], row["metric"], row.get("settings"))
@@ -317,10 +300,15 @@ def report(outs: list[Path], target: Path, log=print) -> dict:
     if all((out / store.STORE).is_dir() for out in outs):
         for out in outs:
             store.merge_store(out, target)
-        summary = rebuild_views(target)
+        summary = rebuild_views(target, alpha=alpha)
+        rows, stores = sweep_rows(target), [target]
     else:
         rows.sort(key=_row_order)
-        summary = write_outputs(target, rows, failures)
+        summary = write_outputs(target, rows, failures, stores=stores, alpha=alpha)
     if summary:
         log(format_summary(summary))
+    if items:
+        found = item_rows(rows, stores)
+        store.atomic_write(target / ITEMS, rows_to_csv(found, ITEM_COLUMNS))
+        log(f"cf-tasks: {len(found)} item rows written to {target / ITEMS}", file=sys.stderr)
     return summary

@@ -1,0 +1,334 @@
+"""Paired statistics across checkpoints (summary.csv) and the per-item table (items.csv).
+
+The tests build 2x2 tables by hand and check the exact McNemar test against scipy; build a store
+of known per-item outcomes through the store's own functions and check summary.csv against a
+computation from those samples; and sweep the tiny model end to end."""
+
+import json
+import math
+import time
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cf_tasks.cli import main
+from cf_tasks.sweep import SweepConfig, rebuild_views, run_sweep, store
+from cf_tasks.sweep.stats import (BOOTSTRAP_RESAMPLES, ITEM_COLUMNS, SUMMARY_COLUMNS, bootstrap_change, mcnemar_exact,
+                                  outcome, paired_change)
+from tiny_model import build_full_checkpoint
+
+QUIET = dict(log=lambda *a, **k: None)
+
+
+# ---------------------------------------------------------------- the tests themselves
+def _table(both_right, to_parametric, to_context, both_wrong):
+    """Per-item counterfactual correctness at two checkpoints from the cells of a 2x2 table."""
+    cells = [(True, True)] * both_right + [(True, False)] * to_parametric + [(False, True)] * to_context + \
+        [(False, False)] * both_wrong
+    before = {f"i{k}": a for k, (a, _) in enumerate(cells)}
+    after = {f"i{k}": b for k, (_, b) in enumerate(cells)}
+    return before, after
+
+
+@pytest.mark.parametrize("cells", [(5, 0, 0, 5), (3, 1, 0, 2), (10, 3, 7, 4), (0, 12, 2, 1), (40, 9, 0, 0),
+                                   (7, 10, 10, 3), (100, 600, 700, 50)])
+def test_mcnemar_p_and_flips_equal_a_hand_built_table_and_scipy(cells):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    both_right, to_parametric, to_context, both_wrong = cells
+    before, after = _table(*cells)
+    test = paired_change(before, after, resamples=200)
+    assert (test["to_context"], test["to_parametric"], test["n"]) == (to_context, to_parametric, sum(cells))
+    discordant = to_context + to_parametric
+    reference = scipy_stats.binomtest(to_context, discordant, 0.5).pvalue if discordant else 1.0
+    assert test["p"] == pytest.approx(reference, rel=1e-9, abs=1e-300)
+    assert mcnemar_exact(to_parametric, to_context) == test["p"]  # two-sided: symmetric in the two directions
+    assert test["change"] == pytest.approx((to_context - to_parametric) / sum(cells))
+
+
+def test_no_discordant_pair_is_p_one_and_a_zero_interval():
+    before, after = _table(4, 0, 0, 6)
+    test = paired_change(before, after)
+    assert test["p"] == 1.0 and test["change"] == 0.0 and (test["ci_low"], test["ci_high"]) == (0.0, 0.0)
+
+
+def test_items_missing_at_one_checkpoint_are_left_out_of_the_pairs():
+    before, after = _table(10, 5, 1, 4)
+    del after["i0"], after["i12"]  # a both-right item and a to_parametric one
+    before["extra"] = True
+    test = paired_change(before, after, resamples=200)
+    assert (test["n"], test["to_parametric"], test["to_context"]) == (18, 4, 1)
+
+
+def test_bootstrap_interval_contains_the_estimate_and_is_reproducible_with_the_seed():
+    gains, losses, n = 7, 31, 120
+    estimate = (gains - losses) / n
+    low, high = bootstrap_change(gains, losses, n, seed=3)
+    assert low < estimate < high and high - low < 0.3
+    assert bootstrap_change(gains, losses, n, seed=3) == (low, high)
+    assert len({bootstrap_change(gains, losses, n, seed=s) for s in range(5)}) > 1  # the seed moves it
+    # the shortcut (one multinomial draw per resample) is resampling items: compare with doing that
+    diffs = np.array([1] * gains + [-1] * losses + [0] * (n - gains - losses))
+    rng = np.random.default_rng(11)
+    means = diffs[rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))].mean(axis=1)
+    direct = np.quantile(means, [0.025, 0.975])
+    assert low == pytest.approx(direct[0], abs=0.025) and high == pytest.approx(direct[1], abs=0.025)
+
+
+@pytest.mark.parametrize("sample, label", [
+    ({"counterfactual_acc": 1.0, "parametric_acc": 0.0}, "counterfactual"),
+    ({"counterfactual_acc": 0.0, "parametric_acc": 1.0}, "parametric"),
+    ({"counterfactual_acc": 1.0, "parametric_acc": 1.0}, "both"),
+    ({"counterfactual_acc": 0.0, "parametric_acc": 0.0}, "neither"),
+    ({"acc": 1.0, "context_prob": 0.7}, "counterfactual"),
+    ({"acc": 0.0, "context_prob": 0.2}, "parametric"),
+    ({"agree_acc": 1.0}, "both"),
+    ({"agree_acc": 0.0}, "neither"),
+    ({"acc": 1.0}, None),  # a standard benchmark (arc_easy): no outcome label
+])
+def test_outcome_labels(sample, label):
+    assert outcome(sample) == label
+
+
+# ---------------------------------------------------------------- a store of known outcomes
+N = 40
+RUN = "/runs/fake"
+
+
+def _samples(task, correct, metric="counterfactual_acc", parametric=(), ids=None):
+    rows = []
+    for i in (range(N) if ids is None else ids):
+        s = {"doc_id": i, "doc": {"id": f"{task.split('_agree')[0]}-{i:03d}", "relation": "capital"}, "filter": "none",
+             metric: float(i in correct)}
+        if metric == "counterfactual_acc":
+            s["parametric_acc"] = float(i in parametric)
+        rows.append(s)
+    return rows
+
+
+def _put(out, step, task, samples, limit=None, run=RUN):
+    """One result into the store through the store's own functions, as the sweep writes it."""
+    metrics = [k for k in samples[0] if k.endswith("_acc")]
+    results = {"results": {task: {**{f"{m},none": float(np.mean([s[m] for s in samples])) for m in metrics},
+                                  **{f"{m}_stderr,none": 0.01 for m in metrics}}},
+               "n-samples": {task: {"effective": len(samples), "original": len(samples)}},
+               "versions": {task: 2.0}, "configs": {task: {}}, "samples": {task: samples}}
+    settings = {"task": task, "backend": "hf", "versions": {task: 2.0}, "limit": limit, "metadata": {},
+                "apply_chat_template": False}
+    cid = f"ck{store.place_hash(run)[:6]}-{step}"
+    h = store.settings_hash(settings)
+    record = {"id": cid, "task": task, "settings": settings, "settings_hash": h, "seconds": 0.1,
+              "finished": time.time()}
+    store.write_result(out, cid, task, h, record, results)
+    store.note_place(out, cid, {"place": f"{run}/checkpoint-{step}", "run": run, "name": f"checkpoint-{step}",
+                                "step": step, "path": f"{run}/checkpoint-{step}", "kind": "full", "mtime": 0.0,
+                                "model": f"{run}/checkpoint-{step}"})
+    return samples
+
+
+def _hand(by_step):
+    """The summary of one series computed from its samples without cf_tasks: {step: samples}."""
+    from scipy.stats import binomtest
+
+    steps = sorted(by_step)
+    acc = {s: float(np.mean([x["counterfactual_acc"] for x in by_step[s]])) for s in steps}
+    peak = min((s for s in steps if acc[s] == max(acc.values())))  # ties: the earliest
+    first, final = steps[0], steps[-1]
+
+    def right(step):
+        return {x["doc"]["id"]: x["counterfactual_acc"] == 1.0 for x in by_step[step]}
+
+    def flips(a, b):
+        a, b = right(a), right(b)
+        common = a.keys() & b.keys()
+        to_context = sum(1 for i in common if b[i] and not a[i])
+        to_parametric = sum(1 for i in common if a[i] and not b[i])
+        n = to_context + to_parametric
+        return to_context, to_parametric, (binomtest(to_context, n).pvalue if n else 1.0), len(common)
+
+    fall, rise = flips(peak, final), flips(first, peak)
+    return {"first_step": first, "peak_step": peak, "final_step": final, "drop": acc[peak] - acc[final],
+            "rise": acc[peak] - acc[first], "flips_to_context": fall[0], "flips_to_parametric": fall[1],
+            "mcnemar_p": fall[2], "n_pairs": fall[3], "rise_flips_to_context": rise[0],
+            "rise_flips_to_parametric": rise[1], "rise_mcnemar_p": rise[2], "rise_n_pairs": rise[3]}
+
+
+def _check(row, hand):
+    for key, value in hand.items():
+        assert row[key] == pytest.approx(value, rel=1e-9), key
+
+
+@pytest.fixture
+def fake_store(tmp_path):
+    """Three knowledge-conflict series over four checkpoints and the agreeing twins of two.
+
+    cf_bio rises (10 -> 30 of 40 right) and falls (to 12), its twin holds: an inversion.
+    cf_capitals does the same, its twin falls too: a loss of reading.
+    cf_quotes moves by a few items (ties at the peak, one item missing at the end): not significant.
+    """
+    pytest.importorskip("scipy")
+    out = tmp_path / "out"
+    series = {"cf_bio": {}, "cf_capitals": {}, "cf_quotes": {}}
+    correct = {100: range(10), 200: range(30), 300: range(25), 400: [*range(10), 35, 36]}
+    for step, right in correct.items():
+        for task in ("cf_bio", "cf_capitals"):
+            series[task][step] = _put(out, step, task, _samples(task, set(right), parametric=set(range(30, 40))))
+        _put(out, step, "cf_bio_agree", _samples("cf_bio_agree", set(range(32)) - {step % 7}, metric="agree_acc"))
+        _put(out, step, "cf_capitals_agree",
+             _samples("cf_capitals_agree", set(range(36 if step < 300 else 12)), metric="agree_acc"))
+    quotes = {100: ({0, 1, 2}, None), 200: ({0, 1, 2, 3, 4}, None), 300: ({0, 1, 2, 5, 6}, None),
+              400: ({0, 1, 5}, range(1, N))}
+    for step, (right, ids) in quotes.items():
+        series["cf_quotes"][step] = _put(out, step, "cf_quotes", _samples("cf_quotes", right, ids=ids))
+    return out, series
+
+
+def test_summary_rows_equal_a_hand_computation_from_the_samples(fake_store):
+    out, series = fake_store
+    summary = rebuild_views(out)
+    frame = pd.read_csv(out / "summary.csv")
+    assert list(frame.columns) == list(SUMMARY_COLUMNS)
+    assert sorted(frame["series"]) == ["cf_bio", "cf_capitals", "cf_quotes"]
+    rows = frame.set_index("series")
+    for task, by_step in series.items():
+        _check(rows.loc[task], _hand(by_step))
+        assert summary[task]["mcnemar_p"] == pytest.approx(rows.loc[task, "mcnemar_p"])
+        assert rows.loc[task, "drop_ci_low"] <= rows.loc[task, "drop"] <= rows.loc[task, "drop_ci_high"]
+        assert rows.loc[task, "rise_ci_low"] <= rows.loc[task, "rise"] <= rows.loc[task, "rise_ci_high"]
+    bio, capitals, quotes = rows.loc["cf_bio"], rows.loc["cf_capitals"], rows.loc["cf_quotes"]
+    assert (bio["peak_step"], bio["flips_to_parametric"], bio["flips_to_context"]) == (200, 20, 2)
+    assert bool(bio["inversion"]) and bio["verdict"].startswith("inversion") and "cf_bio_agree holds" in bio["verdict"]
+    assert bio["agree_task"] == "cf_bio_agree" and bio["agree_mcnemar_p"] > 0.05
+    assert not capitals["inversion"] and capitals["verdict"].startswith("loss of reading")
+    assert capitals["agree_drop"] == pytest.approx((36 - 12) / N) and capitals["agree_mcnemar_p"] < 0.05
+    assert quotes["peak_step"] == 200 and quotes["n_pairs"] == N - 1  # ties: the earliest; item 0 missing at 400
+    assert not quotes["inversion"] and quotes["verdict"].startswith("rise and fall not significant (rise p=")
+    assert math.isnan(quotes["agree_mcnemar_p"])  # no cf_quotes_agree rows
+    # the same store, reported at a level that the cf_bio fall (p ~ 1e-4) does not reach
+    assert main(["report", str(out), "--alpha", "1e-6"]) == 0
+    strict = pd.read_csv(out / "summary.csv").set_index("series")
+    assert not strict.loc["cf_bio", "inversion"] and strict.loc["cf_bio", "alpha"] == 1e-6
+    assert strict.loc["cf_bio", "mcnemar_p"] == bio["mcnemar_p"]  # the tests do not move; the verdict does
+
+
+def test_series_of_other_settings_or_run_folders_are_never_paired(tmp_path):
+    pytest.importorskip("scipy")
+    out = tmp_path / "out"
+    a = {s: _put(out, s, "cf_bio", _samples("cf_bio", set(range(k)))) for s, k in ((1, 5), (2, 30), (3, 6))}
+    b = {s: _put(out, s, "cf_bio", _samples("cf_bio", set(range(k)), ids=range(20)), limit=20)
+         for s, k in ((1, 1), (2, 2), (3, 19))}
+    c = {s: _put(out, s, "cf_bio", _samples("cf_bio", set(range(k))), run="/runs/other") for s, k in ((1, 3), (2, 3))}
+    rebuild_views(out)
+    frame = pd.read_csv(out / "summary.csv")
+    assert len(frame) == 3 and frame["series"].is_unique
+    for hand in (_hand(a), _hand(b), _hand(c)):
+        matches = [r for _, r in frame.iterrows() if all(r[k] == pytest.approx(v) for k, v in hand.items())]
+        assert len(matches) == 1, hand
+    two = frame[frame["run"] == "/runs/other"].iloc[0]
+    assert two["n_checkpoints"] == 2 and not two["inversion"]  # two checkpoints: peak first, no rise
+
+
+def test_one_checkpoint_and_missing_samples_are_said_in_words(tmp_path):
+    out = tmp_path / "out"
+    _put(out, 1, "cf_bio", _samples("cf_bio", {1, 2}))
+    summary = rebuild_views(out)
+    assert summary["cf_bio"]["verdict"] == "one checkpoint: nothing to compare"
+    _put(out, 2, "cf_bio", _samples("cf_bio", {1}))
+    for f in (out / "store").glob("*/cf_bio/*/samples_cf_bio.jsonl"):
+        if f.parts[-4].endswith("-2"):
+            f.unlink()
+    s = rebuild_views(out)["cf_bio"]
+    assert s["verdict"].startswith("no per-item samples at step 2") and s["mcnemar_p"] is None and not s["inversion"]
+
+
+def test_report_items_writes_one_row_per_checkpoint_task_and_item(fake_store, tmp_path):
+    out, _ = fake_store
+    rebuild_views(out)
+    merged = tmp_path / "merged"
+    assert main(["report", str(out), "--output_path", str(merged), "--items"]) == 0
+    items = pd.read_csv(merged / "items.csv")
+    assert list(items.columns) == list(ITEM_COLUMNS)
+    # 4 checkpoints x (cf_bio, cf_capitals, both twins: 40 items each) + cf_quotes' 40, 40, 40 and 39 items
+    assert len(items) == 4 * 4 * N + 3 * N + N - 1
+    assert set(items["outcome"]) <= {"counterfactual", "parametric", "both", "neither"}
+    bio = items[(items.task == "cf_bio") & (items.step == 400)].set_index("item_id")
+    assert bio.loc["cf_bio-035", "outcome"] == "both" and bio.loc["cf_bio-000", "outcome"] == "counterfactual"
+    assert bio.loc["cf_bio-031", "outcome"] == "parametric" and bio.loc["cf_bio-020", "outcome"] == "neither"
+    assert items["known"].isna().all() and items["context_attention"].isna().all()  # not measured here
+    first = pd.read_csv(merged / "summary.csv")
+    assert first["mcnemar_p"].notna().all()
+    # the merged folder has no store of its own: reporting it again finds the samples where they were
+    assert main(["report", str(merged)]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(merged / "summary.csv"), first)
+
+
+def test_known_and_attention_fill_their_columns_where_the_samples_carry_them(tmp_path):
+    out = tmp_path / "out"
+    samples = _samples("cf_bio", {0, 1})
+    for i, s in enumerate(samples):
+        s["known_rate"], s["context_attention"] = float(i % 2), i / 100
+    _put(out, 1, "cf_bio", samples)
+    rebuild_views(out)
+    assert main(["report", str(out), "--items"]) == 0
+    items = pd.read_csv(out / "items.csv")
+    assert items["known"].tolist() == [bool(i % 2) for i in range(N)]
+    assert items["context_attention"].tolist() == pytest.approx([i / 100 for i in range(N)])
+
+
+@pytest.mark.parametrize("alpha", ["0", "1", "-0.1", "1.5", "abc", "nan", ""])
+def test_bad_alpha_is_one_line_and_exit_2(alpha, tmp_path, capsys):
+    import cf_tasks.sweep.plan as plan
+
+    run = tmp_path / "run"
+    (run / "checkpoint-1").mkdir(parents=True)
+    with mock.patch.object(plan, "make_backend", autospec=True) as make:
+        assert main(["sweep", str(run), "--output_path", str(tmp_path / "out"), "--alpha", alpha]) == 2
+        make.assert_not_called()
+    assert main(["report", str(tmp_path / "missing"), "--alpha", alpha]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"cf-tasks: error: --alpha {alpha}: must be") for line in lines)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_alpha_through_the_api_stops_before_any_model_loads(tmp_path):
+    import cf_tasks.sweep.plan as plan
+    from cf_tasks.sweep import SweepError
+
+    (tmp_path / "run" / "checkpoint-1").mkdir(parents=True)
+    cfg = SweepConfig(run_dir=tmp_path / "run", tasks=["cf_bio"], output_path=tmp_path / "out", alpha=2.0)
+    with mock.patch.object(plan, "make_backend", autospec=True) as make, pytest.raises(SweepError, match="--alpha 2.0"):
+        run_sweep(cfg, **QUIET)
+    make.assert_not_called()
+
+
+# ---------------------------------------------------------------- the tiny model end to end
+@pytest.fixture(scope="module")
+def tiny_run(tiny_model, tmp_path_factory):
+    run = tmp_path_factory.mktemp("paired_run")
+    for step, seed in ((1, 21), (2, 22), (3, 23)):
+        build_full_checkpoint(tiny_model, run / f"checkpoint-{step}", seed)
+    return run
+
+
+def test_a_sweep_of_the_tiny_model_keeps_every_checkpoints_samples_and_summarises_them(tiny_run, tmp_path):
+    pytest.importorskip("scipy")
+    out = tmp_path / "out"
+    cfg = SweepConfig(run_dir=tiny_run, tasks=["cf_quotes", "cf_capitals_mc"], output_path=out, limit=4, alpha=0.2)
+    assert run_sweep(cfg, **QUIET) == 0
+    records = list((out / "store").glob("*/*/*/record.json"))
+    assert len(records) == 6 and all(list(r.parent.glob("samples_*.jsonl")) for r in records)
+    by_step = {}
+    for step in (1, 2, 3):
+        path = out / "checkpoints" / f"checkpoint-{step}" / "samples_cf_quotes.jsonl"
+        by_step[step] = [json.loads(line) for line in path.read_text().splitlines()]
+    row = pd.read_csv(out / "summary.csv").set_index("series").loc["cf_quotes"]
+    _check(row, _hand(by_step))
+    assert row["alpha"] == 0.2
+    assert main(["report", str(out), "--items"]) == 0
+    items = pd.read_csv(out / "items.csv")
+    assert list(items.columns) == list(ITEM_COLUMNS) and len(items) == 3 * (4 + 4)
+    labels = {(r.step, r.item_id): r.outcome for r in items[items.task == "cf_quotes"].itertuples()}
+    for step, samples in by_step.items():
+        for s in samples:
+            assert labels[(step, s["doc"]["id"])] == outcome(s)
