@@ -3,6 +3,7 @@ and the per-series summary; and ``report``, which merges the views of several ou
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -10,6 +11,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..files import atomic_write, tmp_name
 from ..results import TIDY_COLUMNS, rows_to_csv, tidy_rows
 from . import store
 from .config import SweepError
@@ -91,7 +93,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
             return
     except (OSError, json.JSONDecodeError):
         pass
-    tmp = parent / store._tmp_name(name)
+    tmp = parent / tmp_name(name)
     tmp.mkdir()
     parts = []
     for src in map(Path, sources):
@@ -106,7 +108,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
     (tmp / "results.csv").write_bytes(rows_to_csv(tidy_rows(merged), TIDY_COLUMNS))
     (tmp / "sources.json").write_text(json.dumps(sources, indent=2) + "\n")
     if final.exists():
-        aside = parent / store._tmp_name(name)
+        aside = parent / tmp_name(name)
         final.rename(aside)
         tmp.rename(final)
         shutil.rmtree(aside, ignore_errors=True)
@@ -148,9 +150,9 @@ def write_outputs(out: Path, rows: list[dict], failures: list[dict], settings: d
     """sweep.csv, sweep.json, inversion.png and the per-series summary, from the rows."""
     label_series(rows)
     summary = summarize(rows)
-    store.atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
+    atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
     payload = {"rows": rows, "summary": summary, "failures": failures}
-    store.atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
+    atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
     if rows:
         plot(rows, out / "inversion.png")
     return summary
@@ -244,13 +246,12 @@ def plot(rows: list[dict], path: Path) -> None:
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(loc="best", fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(store._tmp_name(path.name))  # one temp name per process: concurrent sweeps never collide
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110, format="png")
-        tmp.replace(path)
+        fig.savefig(png, dpi=110, format="png")
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, png.getvalue())
 
 
 
