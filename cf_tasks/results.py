@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from dataset_builders.serialize import atomic_write
+from .files import atomic_write
 
 TIDY_COLUMNS = ("task", "metric", "value", "stderr", "n", "version")
 

@@ -1,12 +1,13 @@
-"""Writing datasets to disk: JSON Lines or Parquet, atomically, plus a manifest with checksums."""
+"""Writing datasets to disk: JSON Lines or Parquet, atomically (``cf_tasks.files.atomic_write``), plus a
+manifest with checksums."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from cf_tasks.files import atomic_write
 
 from .schema import FIELD_NAMES, Item
 
@@ -37,26 +38,6 @@ def arrow_schema():
     from .schema import FIELDS
 
     return pa.schema([(name, kinds[FIELDS[name]]) for name in FIELD_NAMES])
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets the mode any other file would
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def sha256(data: bytes) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from pathlib import Path
@@ -69,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from cf_tasks.default_model import default_model_path
+    from cf_tasks.files import atomic_write
     from cf_tasks.registry import task_manager
     from cf_tasks.tasks import built_dataset
     from dataset_builders import DEFAULT_SEED
@@ -101,11 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             row["expected"] = kept.get("expected")
             row["note"] = kept.get("note", "")
             rows.append(row)
-    tmp = args.output_path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, args.output_path)
+    atomic_write(args.output_path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8"))
     unlabelled = sum(r["expected"] is None for r in rows)
     print(f"{len(rows)} generations written to {args.output_path}; {unlabelled} need a label", file=sys.stderr)
     return 0

