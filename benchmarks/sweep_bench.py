@@ -78,11 +78,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         adapters = make_adapters(base, tmp / "run")
+        # The model arguments of both sides, so that they compare like with like.
+        shared = "dtype=float32" if args.backend == "hf" else \
+            f"dtype=float32,enforce_eager=True,gpu_memory_utilization={CPU_MEMORY_UTILIZATION}"
 
         start = time.perf_counter()
         subprocess.run([str(bindir / "cf-tasks"), "sweep", str(tmp / "run"), "--tasks", args.tasks,
                         "--output_path", str(tmp / "sweep"), "--limit", str(args.limit), "--backend", args.backend,
-                        "--batch_size", "8"], check=True, env=env)
+                        "--batch_size", "8", "--model_args", shared], check=True, env=env)
         sweep_wall = time.perf_counter() - start
         manifest = json.loads((tmp / "sweep" / "manifest.json").read_text())
         eval_seconds = sum(e.get("seconds", 0.0) for e in manifest["checkpoints"].values())
@@ -95,10 +98,9 @@ def main() -> None:
         for adapter in adapters:
             out = tmp / "loop" / adapter.name
             if args.backend == "vllm":
-                model, margs = "vllm", (f"pretrained={base},lora_local_path={adapter},max_lora_rank=8,enforce_eager=True,"
-                                        f"dtype=float32,gpu_memory_utilization={CPU_MEMORY_UTILIZATION}")
+                model, margs = "vllm", f"pretrained={base},lora_local_path={adapter},max_lora_rank=8,{shared}"
             else:
-                model, margs = "hf", f"pretrained={base},peft={adapter},dtype=float32"
+                model, margs = "hf", f"pretrained={base},peft={adapter},{shared}"
             subprocess.run([*lm_eval_command(args.backend), "--model", model, "--model_args", margs, "--tasks", args.tasks,
                             "--include_path", str(task_yamls_path()), "--limit", str(args.limit), "--batch_size", batch,
                             "--output_path", str(out), *(["--device", "cpu"] if args.backend == "hf" else [])],

@@ -177,7 +177,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         backend=backend, base=args.base, limit=args.limit, batch_size=args.batch_size,
         include_base=args.include_base, shard=_parse_shard(args.shard), watch=args.watch,
         poll_interval=args.poll_interval, settle_seconds=args.settle_seconds, max_polls=args.max_polls,
-        device=args.device, tensor_parallel_size=args.tensor_parallel_size,
+        device=args.device, tensor_parallel_size=args.tensor_parallel_size, model_args=args.model_args,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
     )
@@ -253,8 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settle_seconds", type=float, default=10.0,
                    help="with --watch, a checkpoint is complete once no file changed for this long")
     p.add_argument("--max_polls", type=int, default=None, help="with --watch, stop after this many polls")
+    p.add_argument("--model_args", default=None,
+                   help="lm-eval model_args for every checkpoint, on top of its pretrained/adapter, e.g. "
+                        "dtype=bfloat16,gpu_memory_utilization=0.9 (default dtype=auto: the checkpoint's own)")
     p.add_argument("--device", default=None, help="hf backend device (default cuda if available, else cpu)")
-    p.add_argument("--tensor_parallel_size", type=int, default=1, help="vllm backend tensor parallelism")
+    p.add_argument("--tensor_parallel_size", type=int, default=None,
+                   help="vllm backend tensor parallelism (default 1; or --model_args tensor_parallel_size=N)")
     p.add_argument("--lora_group", type=int, default=4,
                    help="LoRA adapters of one base generated together in one batch (1: one at a time)")
     p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")

@@ -70,7 +70,7 @@ def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_bac
     frame = pd.read_csv(out / "sweep.csv")
     assert list(frame.columns) == ["checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend",
                                    "model", "version", "run", "settings", "limit", "apply_chat_template", "metadata",
-                                   "checkpoint_id"]
+                                   "model_args", "checkpoint_id"]
     assert sorted(frame["step"].unique()) == [100, 200, 300]
     assert set(frame["metric"]) >= {"counterfactual_acc", "parametric_acc", "acc", "context_prob"}
     assert (frame["n"] == 3).all() and (frame["backend"] == "hf").all()
@@ -722,3 +722,116 @@ def test_a_stale_claim_is_taken_over_and_a_live_one_is_not(tmp_path):
     assert json.loads(lock.read_text())["pid"] == os.getpid()
     unlock(lock)
     assert not lock.exists()
+
+
+# ---------------------------------------------------------------- --model_args (issue 14)
+def test_model_args_dtype_bfloat16_on_hf_is_its_own_setting_and_equals_lm_eval(run_dir, tmp_path, made_backends):
+    import torch
+
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    out = tmp_path / "out"
+    args = ["sweep", str(run), "--tasks", "cf_capitals_mc", "--output_path", str(out), "--limit", "3", "--backend",
+            "hf", "--device", "cpu"]
+    assert main(args) == 0
+    assert main([*args, "--model_args", "dtype=bfloat16"]) == 0
+    default, bf16 = made_backends
+    assert default.lm.model.dtype == torch.float32  # dtype=auto: the checkpoint's own
+    assert bf16.lm.model.dtype == torch.bfloat16 and bf16.swaps == 1  # checkpoint-2 went into the bf16 model
+    values: dict = {}
+    for r in json.loads((out / "sweep.json").read_text())["rows"]:
+        values.setdefault((r["model_args"], r["settings"]), {})[(r["checkpoint"], r["metric"])] = r["value"]
+    assert sorted(k[0] for k in values) == ["device=cpu,dtype=auto", "device=cpu,dtype=bfloat16"]
+    assert len({k[1] for k in values}) == 2  # two settings hashes: the first run's results were kept, not mixed
+    assert len(_results_in_store(out)) == 4  # 2 checkpoints x 1 task x 2 settings
+    assert set(pd.read_csv(out / "sweep.csv")["model_args"]) == {"device=cpu,dtype=auto", "device=cpu,dtype=bfloat16"}
+    f32 = next(v for k, v in values.items() if k[0].endswith("auto"))
+    b16 = next(v for k, v in values.items() if k[0].endswith("bfloat16"))
+    for name in ("checkpoint-1", "checkpoint-2"):
+        fresh = run_lm_eval("hf", ["cf_capitals_mc"], model_args=f"pretrained={run / name},dtype=bfloat16,device=cpu",
+                            limit=3)["results"]["cf_capitals_mc"]
+        metrics = [m for c, m in b16 if c == name]
+        assert "context_prob" in metrics
+        for metric in metrics:
+            assert b16[(name, metric)] == pytest.approx(fresh[f"{metric},none"], abs=1e-6), (name, metric)
+    assert b16[("checkpoint-1", "context_prob")] != f32[("checkpoint-1", "context_prob")]  # the dtype shows
+
+
+MODEL_ARGS_ERRORS = [
+    ("hf", ["--model_args", "pretrained=/elsewhere"], "--model_args pretrained: the sweep sets it to each checkpoint"),
+    ("hf", ["--model_args", "dtype=bfloat16,peft=/an/adapter"], "--model_args peft: the sweep attaches each adapter"),
+    ("vllm", ["--model_args", "lora_local_path=/an/adapter"], "--model_args lora_local_path: the sweep serves"),
+    ("hf", ["--model_args", "batch_size=8"], "--model_args batch_size: pass --batch_size"),
+    ("hf", ["--model_args", "dtype"], "'dtype' is not key=value"),
+    ("hf", ["--model_args", "dtype=bfloat16,=3"], "'=3' is not key=value"),
+    ("hf", ["--model_args", "dtype="], "'dtype=' is not key=value"),
+    ("hf", ["--model_args", "dtype=bfloat16,dtype=float32"], "dtype is given twice"),
+    ("hf", ["--model_args", "dtype=fp8"], "--model_args dtype=fp8: pass auto"),
+    ("hf", ["--model_args", "gpu_memory_utilization=0.9"],
+     "--model_args gpu_memory_utilization: an argument of --backend vllm, not of --backend hf"),
+    ("hf", ["--model_args", "dtype=bfloat16,max_model_len=4096"],
+     "--model_args max_model_len: an argument of --backend vllm, not of --backend hf"),
+    ("hf", ["--model_args", "device=cuda:1", "--device", "cpu"], "--device cpu and --model_args device=cuda:1 disagree"),
+    ("vllm", ["--model_args", "device=cuda"], "--model_args device: an argument of --backend hf, not of --backend vllm"),
+    ("vllm", ["--model_args", "tensor_parallel_size=2", "--tensor_parallel_size", "4"],
+     "--tensor_parallel_size 4 and --model_args tensor_parallel_size=2 disagree"),
+    ("vllm", ["--model_args", "max_lora_rank=24"], "--model_args max_lora_rank=24: vLLM takes one of 1, 8, 16"),
+    ("vllm", ["--model_args", "gpu_memory_utilization=1.5"], "gpu_memory_utilization=1.5: pass a fraction"),
+    ("vllm", ["--model_args", "max_model_len=0"], "max_model_len=0: pass a whole number"),
+    ("vllm", ["--model_args", "enforce_eager=yes"], "enforce_eager=yes: pass True or False"),
+]
+
+
+@pytest.mark.parametrize("backend,extra,expected", MODEL_ARGS_ERRORS, ids=[" ".join(c[1]) for c in MODEL_ARGS_ERRORS])
+def test_model_args_errors_stop_before_any_model_loads(run_dir, tmp_path, capsys, monkeypatch, backend, extra, expected):
+    import cf_tasks.sweep.plan as sweep
+
+    monkeypatch.setattr(sweep, "make_backend", lambda *a: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(sweep, "_task_settings", lambda *a: pytest.fail("the task index was loaded"))
+    monkeypatch.setitem(sweep.REQUIRED_PACKAGES, "vllm", ())  # the checks, with or without vLLM installed
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    out = tmp_path / "out"
+    assert main(["sweep", str(run), "--backend", backend, "--output_path", str(out), "--tasks", "cf_capitals_mc",
+                 *extra]) == 2
+    assert expected in _err_line(capsys)
+    assert not out.exists()
+
+
+def test_model_args_defaults_and_typing_per_backend(monkeypatch):
+    import cf_tasks.sweep.model_args as margs
+    from cf_tasks.sweep import CPU_MEMORY_UTILIZATION, parse_model_args, sweep_model_args
+
+    def cfg(backend, model_args=None, **kw):
+        return SweepConfig(run_dir=Path("."), tasks=["cf_quotes"], output_path=Path("o"), backend=backend,
+                           model_args=model_args, **kw)
+
+    assert parse_model_args("max_model_len=4096, trust_remote_code=True,quantization='awq',gpu_memory_utilization=0.9,") \
+        == {"max_model_len": 4096, "trust_remote_code": True, "quantization": "awq", "gpu_memory_utilization": 0.9}
+    assert sweep_model_args(cfg("hf", device="cuda:0")) == {"dtype": "auto", "device": "cuda:0"}
+    assert sweep_model_args(cfg("hf", "dtype=half,device=cpu", device="cpu")) == {"dtype": "float16", "device": "cpu"}
+    monkeypatch.setattr(margs, "vllm_on_cpu", lambda: True)
+    assert sweep_model_args(cfg("vllm")) == {"dtype": "auto", "tensor_parallel_size": 1, "enforce_eager": True,
+                                             "gpu_memory_utilization": CPU_MEMORY_UTILIZATION}
+    given = "enforce_eager=False,gpu_memory_utilization=0.5,tensor_parallel_size=2,dtype=bfloat16"
+    assert sweep_model_args(cfg("vllm", given, tensor_parallel_size=2)) == {
+        "dtype": "bfloat16", "tensor_parallel_size": 2, "enforce_eager": False, "gpu_memory_utilization": 0.5}
+    monkeypatch.setattr(margs, "vllm_on_cpu", lambda: False)  # a GPU: vLLM's own defaults
+    assert sweep_model_args(cfg("vllm", tensor_parallel_size=4)) == {"dtype": "auto", "tensor_parallel_size": 4}
+
+
+def test_checkpoint_dtype_reads_the_config_then_the_weights(tiny_model, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from cf_tasks.sweep import checkpoint_dtype
+
+    assert checkpoint_dtype(tiny_model) == "float32"
+    cases = {"new": {"dtype": "bfloat16"}, "old": {"torch_dtype": "float16"}, "vlm": {"text_config": {"dtype": "bfloat16"}},
+             "fp8": {"dtype": "float8_e4m3fn"}, "none": {}}
+    for name, config in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"model_type": "llama", **config}))
+    save_file({"w": torch.zeros(2, dtype=torch.bfloat16)}, str(tmp_path / "none" / "model.safetensors"))
+    found = {name: checkpoint_dtype(tmp_path / name) for name in cases}
+    assert found == {"new": "bfloat16", "old": "float16", "vlm": "bfloat16", "fp8": "auto", "none": "bfloat16"}
+    save_file({"v": torch.zeros(2)}, str(tmp_path / "none" / "model-2.safetensors"))
+    assert checkpoint_dtype(tmp_path / "none") == "float32"  # mixed weights: what both load them in

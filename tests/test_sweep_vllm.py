@@ -131,3 +131,23 @@ def test_a_changed_upstream_hook_is_one_line_with_the_package_version_and_fix(mo
     line = str(info.value)
     assert "\n" not in line and line.startswith(f"{name} {version} does not have ")
     assert f'pip install "{name}{upstream.TESTED[name.removesuffix("-cpu")]}"' in line
+
+
+def test_model_args_reach_the_engine(lora_run, tmp_path, made_backends):
+    import torch
+
+    from cf_tasks.sweep import SweepConfig, run_sweep
+
+    _, run = lora_run
+    out = tmp_path / "out"
+    assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_quotes"], output_path=out, backend="vllm", limit=2,
+                                 model_args="max_model_len=256,max_lora_rank=32")) == 0
+    lm = made_backends[0].lm
+    config = lm.model.llm_engine.vllm_config
+    assert config.model_config.max_model_len == 256 and lm.max_length == 256
+    assert config.lora_config.max_lora_rank == 32  # given: not the adapters' bucket (8)
+    assert config.model_config.dtype == torch.float32  # dtype=auto: the checkpoint's own, not vLLM's 16-bit auto
+    assert config.model_config.enforce_eager and config.cache_config.gpu_memory_utilization == 0.25  # CPU defaults
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert {r["model_args"] for r in rows} == {"dtype=auto,enforce_eager=True,gpu_memory_utilization=0.25,"
+                                               "max_lora_rank=32,max_model_len=256,tensor_parallel_size=1"}

@@ -28,7 +28,8 @@ class SweepConfig:
     settle_seconds: float = 10.0
     max_polls: int | None = None
     device: str | None = None
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int | None = None  # None: 1, or --model_args tensor_parallel_size
+    model_args: str | dict | None = None  # lm-eval's key=value,key=value (see model_args.py)
     apply_chat_template: bool = False
     metadata: dict | None = None
     lora_group: int = 4

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..checkpoints import Checkpoint
-from ..evaluate import default_device
 from .groups import _AdapterGroups, _generation_key, _GroupedGeneration
+from .model_args import sweep_model_args
 
 if TYPE_CHECKING:
     from .config import SweepConfig
@@ -70,7 +70,8 @@ class HFBackend(_AdapterGroups):
         self.cfg = cfg
         self.lm = None
         self.loaded_from: str | None = None
-        self.device = cfg.device or default_device()
+        self.model_args = sweep_model_args(cfg)  # dtype, device and the rest of --model_args
+        self.device = self.model_args["device"]
         # An automatic batch size already fills the device: repeating it per adapter would not fit.
         self.group_size = 1 if str(cfg.batch_size).startswith("auto") else max(1, int(cfg.lora_group))
         self.pending: list[Checkpoint] = []
@@ -79,8 +80,7 @@ class HFBackend(_AdapterGroups):
         self.swaps = 0  # full checkpoints whose weights went into the loaded model
 
     def _new_lm(self, pretrained: str):
-        self.lm = _sweep_hflm_class()(pretrained=pretrained, device=self.device, dtype="float32",
-                                      batch_size=self.cfg.batch_size)
+        self.lm = _sweep_hflm_class()(pretrained=pretrained, batch_size=self.cfg.batch_size, **self.model_args)
         self.loaded_from = pretrained
         self.adapter_names = {}
 

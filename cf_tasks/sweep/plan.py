@@ -16,6 +16,7 @@ from . import store, upstream
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
 from .stats import check_alpha
+from .model_args import sweep_model_args
 from .store import split_results
 from .views import MANIFEST, format_summary, rebuild_views
 
@@ -98,6 +99,7 @@ def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
                                  "or use --backend hf")
         elif importlib.util.find_spec(module) is None:
             raise SweepError(f"the sweep needs the Python package {module!r}, which is not installed; {_pip_line(module)}")
+    sweep_model_args(cfg)  # --model_args: its form, its keys and their values
     return run_dir, out
 
 
@@ -127,6 +129,7 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise SweepError(f"--tasks: unknown task {name!r}{hint}; list the tasks with lm_eval --tasks list "
                              "--include_path $(cf-tasks tasks-path)")
+    model_args = sweep_model_args(cfg)  # dtype, device, ...: every one can move a number
     settings = {}
     for name in cfg.tasks:
         try:
@@ -150,7 +153,7 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
             "apply_chat_template": bool(cfg.apply_chat_template),
             "lm_eval_seeds": LM_EVAL_SEEDS,
             "backend": cfg.backend,
-            "model_args": {"dtype": "float32"},
+            "model_args": model_args,
         }
     return settings
 

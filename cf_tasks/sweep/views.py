@@ -16,10 +16,11 @@ from ..results import TIDY_COLUMNS, rows_to_csv, tidy_rows
 from . import store
 from .config import SweepError
 from .stats import ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, format_summary, item_rows, summarize
+from .model_args import model_args_string
 from .store import _merge_results
 
 SWEEP_COLUMNS = ("checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend", "model", "version",
-                 "run", "settings", "limit", "apply_chat_template", "metadata", "checkpoint_id")
+                 "run", "settings", "limit", "apply_chat_template", "metadata", "model_args", "checkpoint_id")
 MANIFEST = "manifest.json"
 SUMMARY = "summary.csv"
 ITEMS = "items.csv"
@@ -45,7 +46,8 @@ def _current(out: Path) -> tuple[list[tuple[dict, list[dict]]], list[dict]]:
 def _row_settings(record: dict) -> dict:
     s = record["settings"]
     return {"settings": record["settings_hash"], "limit": s.get("limit"), "apply_chat_template": s.get("apply_chat_template"),
-            "metadata": json.dumps(s["metadata"], sort_keys=True) if s.get("metadata") else None}
+            "metadata": json.dumps(s["metadata"], sort_keys=True) if s.get("metadata") else None,
+            "model_args": model_args_string(s.get("model_args"))}
 
 
 def sweep_rows(out: Path) -> list[dict]:
@@ -296,7 +298,7 @@ def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, item
     split = sorted({r["task"] for r in rows if len({x.get("settings") for x in rows if x["task"] == r["task"]}) > 1})
     if split:
         log(f"cf-tasks: {', '.join(split)}: rows under different evaluation settings (limit, metadata, chat template, "
-            "task version, ...); drawn as one series per settings", file=sys.stderr)
+            "model args, task version, ...); drawn as one series per settings", file=sys.stderr)
     target.mkdir(parents=True, exist_ok=True)
     if all((out / store.STORE).is_dir() for out in outs):
         for out in outs:

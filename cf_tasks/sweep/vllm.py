@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoints import Checkpoint
 from .groups import _AdapterGroups, _free_memory, _GroupedGeneration
 from .hf import _same_config, _same_tensor_names, _same_tokenizer
+from .model_args import checkpoint_dtype, sweep_model_args
 
 if TYPE_CHECKING:
     from .config import SweepConfig
-
-CPU_MEMORY_UTILIZATION = 0.25
 
 
 @functools.cache
@@ -75,8 +73,9 @@ class VLLMBackend(_AdapterGroups):
         self.cfg = cfg
         self.lm = None
         self.loaded_from: str | None = None
+        self.model_args = sweep_model_args(cfg)  # dtype, tensor_parallel_size and the rest of --model_args
         ranks = [c.lora_rank for c in checkpoints if c.kind == "lora" and c.lora_rank]
-        self.max_lora_rank = max(ranks, default=None)
+        self.max_lora_rank = self.model_args.get("max_lora_rank") or max(ranks, default=None)
         self.first_adapter = next((str(c.path) for c in checkpoints if c.kind == "lora"), None)
         self.next_lora_id = 1
         self.group_size = max(1, int(cfg.lora_group))
@@ -89,14 +88,10 @@ class VLLMBackend(_AdapterGroups):
         if self.lm is not None:
             del self.lm
             _free_memory()
-        kwargs: dict[str, Any] = dict(
-            pretrained=pretrained, dtype="float32", batch_size="auto",
-            tensor_parallel_size=self.cfg.tensor_parallel_size, enforce_eager=True,
-        )
-        if os.environ.get("VLLM_TARGET_DEVICE") == "cpu":
-            # On the CPU backend this fraction is of host memory (default 0.92, which a shared
-            # machine rarely has free); the KV cache of a sweep needs little.
-            kwargs["gpu_memory_utilization"] = CPU_MEMORY_UTILIZATION
+        kwargs: dict[str, Any] = dict(pretrained=pretrained, batch_size="auto", **self.model_args)
+        if kwargs["dtype"] == "auto":
+            # vLLM's own "auto" casts a float32 checkpoint to 16 bits: ask for the checkpoint's dtype.
+            kwargs["dtype"] = checkpoint_dtype(pretrained)
         if lora_path and self.max_lora_rank:
             # lm-eval turns LoRA support on only when given an adapter path; the request it makes
             # for it (id 1) is replaced per adapter in model_for.
@@ -137,7 +132,7 @@ class VLLMBackend(_AdapterGroups):
         matches, the way vLLM's example ``skip_loading_weights_in_engine_init.py`` documents
         (``LLM.collective_rpc("reload_weights")``, here with the checkpoint's ``weights_path``);
         False means restart the engine."""
-        engine = self.lm.model
+        engine = getattr(self.lm, "model", None)  # lm-eval's data-parallel VLLM keeps no engine here
         if not (hasattr(engine, "collective_rpc") and _same_config(self.loaded_from, ckpt.path)
                 and _same_tokenizer(self.loaded_from, ckpt.path) and _same_tensor_names(self.loaded_from, ckpt.path)):
             return False
