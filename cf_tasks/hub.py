@@ -67,16 +67,19 @@ FIELD_DOCS = {
     "dataset": "the config name",
     "relation": "the fact relation the item changes (e.g. `person_name`, `country_capital`)",
     "subject": "what the question is about",
-    "context": "the counterfactual passage or instruction shown to the model",
+    "context": "the passage or instruction shown to the model: counterfactual, or in an `_agree` config one that "
+               "states the true answer",
     "question": "the question asked after the context (empty for instruction-only items)",
-    "counterfactual_answer": "the answer the context supports",
+    "counterfactual_answer": "the answer the context supports (in an `_agree` config: the value the twin replaced, "
+                             "absent from its context)",
     "parametric_answer": "the real-world answer a model may have memorised",
     "version": "builder version that produced the item",
     "seed": "builder seed that produced the item",
     "counterfactual_aliases": "other accepted forms of the counterfactual answer",
     "parametric_aliases": "other accepted forms of the parametric answer",
     "answer_position": "where the answer sentence sits in the context: beginning, middle or end",
-    "mentions_parametric": "true when the context also names the real answer (as a former value)",
+    "mentions_parametric": "true when the context names the real answer (as a former value; in an `_agree` config "
+                           "always, as the answer)",
 }
 
 
@@ -287,7 +290,11 @@ def card_body(exp: Export, repo_id: str) -> str:
         "config's section: the counterfactual answer is in the context and the parametric answer is "
         "not (the `_former` configs, whose contexts name the true answer as the former value, are kept "
         "apart so that one number has one meaning), no sentence gives the true answer away or "
-        "contradicts another, and the counterfactual is possible and not also true.",
+        "contradicts another, and the counterfactual is possible and not also true. Each "
+        "knowledge-conflict config has an agreeing twin, `<config>_agree`: the same items and passages "
+        "with the true answer stated and no form of the counterfactual left, a control for reading "
+        "(a model that follows a counterfactual context less but still reads the agreeing one prefers "
+        "its memory).",
         "",
         "## Configs",
         "",

@@ -4,7 +4,7 @@ aggregations the YAMLs name with ``!function cf_tasks.tasks.<name>``.
 Metric names are the same strings in YAML, the results JSON and every table:
 ``counterfactual_acc``, ``parametric_acc``, ``both_rate``, ``neither_rate``,
 ``context_preference`` for generation tasks; ``acc``, ``context_prob``, ``acc_norm`` and
-``context_prob_norm`` for the ``_mc`` ones.
+``context_prob_norm`` for the ``_mc`` ones; ``agree_acc`` for the agreeing twins (``<dataset>_agree``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from .text import contains
 
 GENERATION_METRICS = ("counterfactual_acc", "parametric_acc", "both_rate", "neither_rate", "context_preference")
 MC_METRICS = ("acc", "context_prob", "acc_norm", "context_prob_norm")
+AGREE_METRICS = ("agree_acc",)
 PERSON_RELATIONS = frozenset({"person_name"})
 QUOTE_RELATIONS = frozenset({"quote_ending"})
 PAIR_LINE = re.compile(r"\s*([^:\n]{1,80}):[ \t]*(.*)", re.DOTALL)
@@ -104,6 +105,12 @@ def process_results(doc: dict, results: list[str]) -> dict[str, Any]:
         "neither_rate": float(label == "neither"),
         "context_preference": label,
     }
+
+
+def process_results_agree(doc: dict, results: list[str]) -> dict[str, float]:
+    """Agreeing twins (``<dataset>_agree``): the passage states the true answer, and ``agree_acc`` is
+    1 when the generation gives it (the same rules as ``parametric_acc``)."""
+    return {"agree_acc": float(score_doc(doc, results[0]).parametric)}
 
 
 def context_preference(labels: list[str]) -> float:

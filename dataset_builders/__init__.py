@@ -9,16 +9,23 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import (
-    cf_bio, cf_capitals, cf_capitals_former, cf_quotes, cf_world_facts, cf_world_facts_former, ic_recall, ic_recall_cf,
+    cf_bio, cf_bio_agree, cf_capitals, cf_capitals_agree, cf_capitals_former, cf_capitals_former_agree, cf_quotes,
+    cf_quotes_agree, cf_world_facts, cf_world_facts_agree, cf_world_facts_former, cf_world_facts_former_agree,
+    ic_recall, ic_recall_cf,
 )
 from .schema import Item
 
 DEFAULT_SEED = 1234
 BUILDERS: dict[str, ModuleType] = {
     m.NAME: m for m in (cf_bio, cf_world_facts, cf_world_facts_former, cf_capitals, cf_capitals_former, cf_quotes,
-                        ic_recall, ic_recall_cf)
+                        ic_recall, ic_recall_cf,
+                        # the agreeing twins (issue 15): same items, the passage states the true answer
+                        cf_bio_agree, cf_world_facts_agree, cf_world_facts_former_agree, cf_capitals_agree,
+                        cf_capitals_former_agree, cf_quotes_agree)
 }
 DATASETS: tuple[str, ...] = tuple(BUILDERS)
+# dataset -> its agreeing twin (``<dataset>_agree``)
+AGREE_TWINS: dict[str, str] = {m.TWIN_OF: name for name, m in BUILDERS.items() if hasattr(m, "TWIN_OF")}
 
 
 class UnknownDataset(KeyError):

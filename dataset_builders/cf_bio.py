@@ -20,6 +20,9 @@ Two kinds of item, built from ``data/people.json``:
 
 Passages come in a declarative and a narrative style; living people are written in the present
 tense and never "die". ``EXTRA_RULES`` checks each of these promises on every build.
+
+``build_pairs`` tells each biography a second time, with the same template choices, with the true
+name or value: the agreeing twin ``cf_bio_agree`` (issue 15), checked by ``AGREE_RULES``.
 """
 
 from __future__ import annotations
@@ -206,16 +209,10 @@ def _works_phrase(works: list[str]) -> str:
     return f"{works[0]} and {works[1]}"
 
 
-def _biography(facts: dict, name: str, surname: str, forbidden: list[str], rng: random.Random,
-               with_places: bool = True) -> list[str]:
-    """Sentences of a biography for ``facts`` that names the person ``name``.
-
-    A sentence mentioning any ``forbidden`` phrase is swapped for a plain variant, or left out
-    when it has none; ``with_places=False`` leaves out every birth and death place.
-    """
+def _values(facts: dict, works: list[str]) -> dict[str, str]:
+    """Template values for ``facts`` (every one but the mention of the person, ``who``)."""
     pronoun = facts["pronoun"]
     living = facts["death_year"] is None
-    named = False  # the first sentence kept names the person in full, later ones mostly by surname
     values = {k: str(v) for k, v in facts.items() if isinstance(v, (str, int)) and v is not None}
     values.update(
         domain=facts["domain"], domains=facts["domain"] + "s", pronoun=pronoun,
@@ -226,21 +223,41 @@ def _biography(facts: dict, name: str, surname: str, forbidden: list[str], rng: 
     values["is"] = "is" if living else "was"  # "is" is a keyword, so not an argument name above
     if not living:
         values["death_country_in"] = country_in_text(facts["death_country"])
-    works = [w for w in facts["works"] if not contains_any(w, forbidden)]
     values.update({f"work{k + 1}": w for k, w in enumerate(works[:2])})
+    return values
 
-    def sentence(*pools: tuple[str, ...]) -> str | None:
+
+def _biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: tuple[dict, str, str],
+               rng: random.Random, with_places: bool = True) -> tuple[list[str], list[str]]:
+    """Sentences of a biography for ``facts`` that names the person ``name``, and of its twin.
+
+    A sentence mentioning any ``forbidden`` phrase is swapped for a plain variant, or left out
+    when it has none; ``with_places=False`` leaves out every birth and death place.
+
+    ``twin`` (facts, name, surname) is told with the same choices of template and of mention
+    (surname or full name): the agreeing twin's true facts and name fill the very sentences of the
+    counterfactual passage, derived forms included ("an Italian", "Curie's").
+    """
+    living = facts["death_year"] is None
+    named = False  # the first sentence kept names the person in full, later ones mostly by surname
+    works = [w for w in facts["works"] if not contains_any(w, forbidden)]
+    views = [(_values(facts, works), name, surname), (_values(twin[0], works), twin[1], twin[2])]
+
+    def sentence(*pools: tuple[str, ...]) -> list[str] | None:
         nonlocal named
         for pool in pools:
             if not pool:
                 continue
             template = rng.choice(pool)
-            who = rng.choice([surname, surname, name]) if named else name
-            text = capitalize_first(fill(template, **values, who=who, who_poss=_possessive(who)))
-            text = text.replace("..", ".")  # "Washington, D.C." at the end of a sentence
-            if not contains_any(text, forbidden):
+            full = rng.choice((False, False, True)) if named else True  # mostly the surname once named
+            texts = []
+            for values, view_name, view_surname in views:
+                who = view_name if full else view_surname
+                text = capitalize_first(fill(template, **values, who=who, who_poss=_possessive(who)))
+                texts.append(text.replace("..", "."))  # "Washington, D.C." at the end of a sentence
+            if not contains_any(texts[0], forbidden):
                 named = named or "{who" in template.lower()
-                return text
+                return texts
         return None
 
     style = rng.choice((DECLARATIVE, NARRATIVE))
@@ -261,12 +278,13 @@ def _biography(facts: dict, name: str, surname: str, forbidden: list[str], rng: 
     closing = []
     if not living:
         closing = [sentence(style["death"], style["death_plain"]) if with_places else sentence(style["death_plain"])]
-    return [s for s in opening + middle + closing if s]
+    kept = [texts for texts in opening + middle + closing if texts]
+    return [t[0] for t in kept], [t[1] for t in kept]
 
 
 # ---- items -------------------------------------------------------------------------------------
 
-def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random) -> list[Item]:
+def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random) -> list[tuple[Item, list[str]]]:
     fragments = name_fragments(person["name"], person["surname"], *person["aliases"])
     candidates = [
         o for o in others
@@ -275,9 +293,10 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     ]
     items = []
     for k, sub in enumerate(rng.sample(candidates, min(SUBSTITUTES_PER_PERSON, len(candidates)))):
-        sentences = _biography(person, sub["name"], sub["surname"], fragments, rng)
+        sentences, agree = _biography(person, sub["name"], sub["surname"], fragments,
+                                      (person, person["name"], person["surname"]), rng)
         question = fill(QUESTIONS["person_name"], domain=person["domain"], works=_works_phrase(person["works"]))
-        items.append(
+        items.append((
             Item(
                 id=f"{NAME}-person_name-{person['id']}-{k}",
                 dataset=NAME,
@@ -292,8 +311,9 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
                 answer_position=answer_position(sentences, sub["name"]),
                 version=VERSION,
                 seed=seed,
-            )
-        )
+            ),
+            agree,
+        ))
     return items
 
 
@@ -337,7 +357,7 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
     return facts["nationality"], facts, forbidden, False
 
 
-def _attribute_items(person: dict, seed: int, rng: random.Random) -> list[Item]:
+def _attribute_items(person: dict, seed: int, rng: random.Random) -> list[tuple[Item, list[str]]]:
     items = []
     for attribute in ATTRIBUTES:
         true_value = str(person[attribute])
@@ -348,13 +368,14 @@ def _attribute_items(person: dict, seed: int, rng: random.Random) -> list[Item]:
             continue
         cf_value, facts, forbidden, with_places = drawn
         tense = "is" if is_living(person) else "was"  # "What is the nationality of" a living person
-        sentences = _biography(facts, person["name"], person["surname"], [true_value, *forbidden], rng, with_places)
+        sentences, agree = _biography(facts, person["name"], person["surname"], [true_value, *forbidden],
+                                      (person, person["name"], person["surname"]), rng, with_places)
         cf_aliases = parametric_aliases = []
         if attribute == "nationality":
             cf_aliases = [n for n in nationalities()[cf_value]["nouns"] if n != cf_value]
             parametric_aliases = [n for n in (person["nationality_noun"], *person["nationality_aliases"])
                                   if n != true_value]
-        items.append(
+        items.append((
             Item(
                 id=f"{NAME}-{attribute}-{person['id']}",
                 dataset=NAME,
@@ -369,22 +390,29 @@ def _attribute_items(person: dict, seed: int, rng: random.Random) -> list[Item]:
                 answer_position=answer_position(sentences, cf_value),
                 version=VERSION,
                 seed=seed,
-            )
-        )
+            ),
+            agree,
+        ))
     return items
+
+
+def build_pairs(seed: int) -> list[tuple[Item, list[str]]]:
+    """Every CF_Bio item for ``seed`` (name substitutions first, then attribute changes), each with
+    the sentences of its agreeing twin: the same biography told with the true name or value."""
+    rng = make_rng(NAME, VERSION, seed)
+    people = sorted(tables.people(), key=lambda p: p["id"])
+    pairs: list[tuple[Item, list[str]]] = []
+    for person in people:
+        others = [o for o in people if o["id"] != person["id"]]
+        pairs += _name_items(person, others, seed, rng)
+    for person in people:
+        pairs += _attribute_items(person, seed, rng)
+    return pairs
 
 
 def build(seed: int) -> list[Item]:
     """All CF_Bio items for ``seed``: name substitutions first, then attribute changes."""
-    rng = make_rng(NAME, VERSION, seed)
-    people = sorted(tables.people(), key=lambda p: p["id"])
-    items: list[Item] = []
-    for person in people:
-        others = [o for o in people if o["id"] != person["id"]]
-        items += _name_items(person, others, seed, rng)
-    for person in people:
-        items += _attribute_items(person, seed, rng)
-    return items
+    return [item for item, _ in build_pairs(seed)]
 
 
 # ---- validator rules (merged into validate.RULES for this dataset) ------------------------------
@@ -397,9 +425,10 @@ def _nationality_implied(items: list[Item]) -> list[str]:
     return [i.id for i, p in _relation(items, "nationality") if contains_any(i.context, true_nationality_terms(p))]
 
 
-def _birth_city_not_born_in(items: list[Item]) -> list[str]:
-    return [i.id for i, _ in _relation(items, "birth_city")
-            if not contains(i.context, f"born in {i.counterfactual_answer}")]
+def _birth_city_not_born_in(items: list[Item], stated: Callable[[Item], str] = lambda i: i.counterfactual_answer
+                            ) -> list[str]:
+    """The birth city the passage states (``stated``) follows "born in"."""
+    return [i.id for i, _ in _relation(items, "birth_city") if not contains(i.context, f"born in {stated(i)}")]
 
 
 def _birth_city_country(items: list[Item]) -> list[str]:
@@ -480,4 +509,21 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_nationality_implausible": (
         f"a counterfactual nationality is drawn from the real one's region and existed within "
         f"{NATIONALITY_LATEST} years of the birth", _nationality_implausible),
+}
+
+
+def _substitute_fragment(items: list[Item]) -> list[str]:
+    return [i.id for i in items if i.relation == "person_name"
+            and contains_any(i.context, name_fragments(i.counterfactual_answer, *i.counterfactual_aliases))]
+
+
+# The agreeing twin (cf_bio_agree) tells the same biography with the true name or value: the rules
+# above that are about the text, not about the counterfactual (which the twin no longer states).
+AGREE_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "agree_bio_birth_city_born_in": ("a birth-city twin says 'born in <true city>'",
+                                     lambda items: _birth_city_not_born_in(items, lambda i: i.parametric_answer)),
+    "agree_bio_no_substitute_fragment": ("a name-swap twin keeps no fragment of the substitute's name",
+                                         _substitute_fragment),
+    **{rule: EXTRA_RULES[rule] for rule in ("bio_birth_city_country", "bio_living_described_dead",
+                                            "bio_noun_as_adjective")},
 }

@@ -11,6 +11,10 @@ Countries whose name shares a word of four or more letters (or part of one) with
 with the counterfactual are left out, since the question would give part of an answer away (Kuwait /
 Kuwait City, Tunisia / Tunis; see ``excluded_countries``). A former capital (Lagos, Almaty) is never
 the counterfactual: countries.json keeps them in ``former_capitals``. ``EXTRA_RULES`` check all this.
+
+``build_pairs`` gives each item the sentences of its agreeing twin (``cf_capitals_agree``,
+``cf_capitals_former_agree``; issue 15): the same passage naming the true capital, checked by
+``AGREE_RULES``.
 """
 
 from __future__ import annotations
@@ -118,14 +122,20 @@ def _fact(country: dict) -> dict | None:
     return fact if counterfactual_choices(fact, fact["cf_pool"]) else None
 
 
-def build_items(dataset: str, version: int, seed: int, former: bool) -> list[Item]:
-    """One item per kept country; ``former``: the passage names the true capital as the former one."""
+def build_pairs(dataset: str, version: int, seed: int, former: bool) -> list[tuple[Item, list[str]]]:
+    """One item per kept country, each with the sentences of its agreeing twin; ``former``: the
+    passage names the true capital as the former one."""
     rng = make_rng(dataset, version, seed)
     kept = [(c, f) for c in sorted(tables.countries(), key=lambda c: c["id"]) if (f := _fact(c))]
-    items = build_passage_items(dataset, version, TEMPLATES, [f for _, f in kept], seed, rng, 1, float(former))
+    pairs = build_passage_items(dataset, version, TEMPLATES, [f for _, f in kept], seed, rng, 1, float(former))
     # Subject and id keep the table's name ("United States"), the text has the article.
-    return [replace(item, subject=c["name"], id=f"{dataset}-{RELATION}-{slug(c['name'])}-0")
-            for (c, _), item in zip(kept, items, strict=True)]
+    return [(replace(item, subject=c["name"], id=f"{dataset}-{RELATION}-{slug(c['name'])}-0"), agree)
+            for (c, _), (item, agree) in zip(kept, pairs, strict=True)]
+
+
+def build_items(dataset: str, version: int, seed: int, former: bool) -> list[Item]:
+    """The counterfactual items of ``build_pairs``."""
+    return [item for item, _ in build_pairs(dataset, version, seed, former)]
 
 
 def build(seed: int) -> list[Item]:
@@ -156,6 +166,10 @@ def _country(item: Item) -> dict:
 def _states_change(sentence: str, item: Item) -> bool:
     return (contains_any(sentence, [item.parametric_answer, *item.parametric_aliases])
             and contains(sentence, item.counterfactual_answer) and bool(_CHANGE.search(sentence)))
+
+
+def _speaks_of_move(items: list[Item]) -> list[str]:
+    return [i.id for i in items if any(_CHANGE.search(s) for s in sentences(i.context))]
 
 
 def _unstated_change(items: list[Item]) -> list[str]:
@@ -231,4 +245,14 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "former_capital": ("the counterfactual is not a former capital of the country (a stale fact, not the context)",
                        _former_capital),
     "grammar": ("every sentence starts with a capital letter and no word is doubled", _grammar),
+}
+
+# The agreeing twins (cf_capitals_agree, cf_capitals_former_agree): the rules above that are about the
+# text, not about the counterfactual capital (which the twins no longer state). A twin names only the
+# true capital, so no sentence may speak of a move or give a reason for one.
+AGREE_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "agree_no_move": ("no sentence speaks of a move of the capital or gives a reason for one (the twin states none)",
+                      _speaks_of_move),
+    **{rule: EXTRA_RULES[rule] for rule in ("country_article", "question_gives_answer", "sole_official_language",
+                                            "dangling_reference", "grammar")},
 }

@@ -8,6 +8,9 @@ words, so that it pins one saying ("Money" or "Love is" do not: "Money talks", "
 are weak continuations among many); endings with accepted variants ("Fortune favours the
 bold / brave") list them in ``last_word_aliases``, which count as the parametric answer and are
 never drawn as the counterfactual.
+
+``build_pairs`` gives each item the instruction of its agreeing twin ``cf_quotes_agree`` (issue 15),
+which asks for the saying's own ending; ``AGREE_RULES`` check it.
 """
 
 from __future__ import annotations
@@ -23,31 +26,36 @@ NAME = "cf_quotes"
 VERSION = 2
 INSTRUCTION = 'Write a quote that ends in the word "{word}":'
 MIN_PROMPT_WORDS = 3
+_ASKED = re.compile(re.escape(INSTRUCTION).replace(re.escape("{word}"), "(.+)"))
 
 
-def build(seed: int) -> list[Item]:
+def build_pairs(seed: int) -> list[tuple[Item, list[str]]]:
+    """Each item with the instruction of its agreeing twin, which asks for the saying's own ending."""
     rng = make_rng(NAME, VERSION, seed)
-    items = []
+    pairs = []
     for quote in sorted(tables.quotes(), key=lambda q: q["id"]):
         word = rng.choice(quote["alternatives"])
         prefix = quote["saying"][: quote["saying"].rfind(" ")].strip()
-        items.append(
-            Item(
-                id=f"{NAME}-{quote['id']}",
-                dataset=NAME,
-                relation="quote_ending",
-                subject=quote["saying"],
-                context=INSTRUCTION.format(word=word),
-                question=prefix,
-                counterfactual_answer=word,
-                parametric_answer=quote["last_word"],
-                parametric_aliases=list(quote.get("last_word_aliases", [])),
-                answer_position="beginning",
-                version=VERSION,
-                seed=seed,
-            )
+        item = Item(
+            id=f"{NAME}-{quote['id']}",
+            dataset=NAME,
+            relation="quote_ending",
+            subject=quote["saying"],
+            context=INSTRUCTION.format(word=word),
+            question=prefix,
+            counterfactual_answer=word,
+            parametric_answer=quote["last_word"],
+            parametric_aliases=list(quote.get("last_word_aliases", [])),
+            answer_position="beginning",
+            version=VERSION,
+            seed=seed,
         )
-    return items
+        pairs.append((item, [INSTRUCTION.format(word=quote["last_word"])]))
+    return pairs
+
+
+def build(seed: int) -> list[Item]:
+    return [item for item, _ in build_pairs(seed)]
 
 
 # Validator rules (run by validate.failures through EXTRA_RULES).
@@ -70,12 +78,25 @@ def _takes_an(word: str) -> bool:
 
 
 def _article_agreement(items: list[Item]) -> list[str]:
+    """The word the instruction asks for takes the article that ends the prompt."""
     bad = []
     for item in items:
         article = re.search(r"\b(a|an)$", item.question, re.IGNORECASE)
-        if article and (article.group(1).lower() == "an") != _takes_an(item.counterfactual_answer):
+        if article and (article.group(1).lower() == "an") != _takes_an(asked_word(item) or ""):
             bad.append(item.id)
     return bad
+
+
+def asked_word(item: Item) -> str | None:
+    """The word the instruction asks for; None when the context is not the instruction."""
+    found = _ASKED.fullmatch(item.context)
+    return found.group(1) if found else None
+
+
+def _asks_counterfactual(items: list[Item]) -> list[str]:
+    """The twin's only place for the counterfactual is the asked word ("word" may be in the frame)."""
+    return [i.id for i in items if (word := asked_word(i)) is None or same_answer(word, i.counterfactual_answer)
+            or not same_answer(word, i.parametric_answer)]
 
 
 EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
@@ -85,6 +106,17 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
         "the counterfactual word is not the saying's ending nor an accepted variant of it (last_word_aliases)",
         _variant_ending),
     "quote_article_agreement": (
-        "a prompt ending in 'a' / 'an' is followed by a counterfactual word that takes that article",
+        "a prompt ending in 'a' / 'an' is followed by an asked word that takes that article",
         _article_agreement),
+}
+
+# The agreeing twin (cf_quotes_agree) asks for the saying's own ending. Its context is the instruction
+# alone, whose frame may hold the counterfactual ("ends in the word "step"" for the counterfactual
+# "word"), so the shared agree_no_counterfactual rule looks at the asked word here.
+AGREE_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "agree_no_counterfactual": (
+        "the context is the instruction asking for the true ending, never for the counterfactual word",
+        _asks_counterfactual),
+    "quote_prompt_too_short": EXTRA_RULES["quote_prompt_too_short"],
+    "quote_article_agreement": EXTRA_RULES["quote_article_agreement"],
 }

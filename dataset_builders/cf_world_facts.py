@@ -18,6 +18,10 @@ Facts left without a candidate are dropped. Items whose context names the true a
 headquarters from Cupertino to Seattle") are the ``cf_world_facts_former`` dataset (``build_items``
 with ``former=True``); this dataset holds only items that do not name it, and no sentence of those
 speaks of a change (``EXTRA_RULES``).
+
+``build_pairs`` gives each item the sentences of its agreeing twin (``cf_world_facts_agree``,
+``cf_world_facts_former_agree``; issue 15): the same passage stating the true answer, checked by
+``AGREE_RULES``.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from functools import lru_cache
 from cf_tasks.text import contains_any
 
 from . import tables
-from .common import POSITIONS, balanced, make_rng, passage_from_templates, same_answer, slug
-from .schema import Item, fill
+from .common import AGREE_SUFFIX, POSITIONS, balanced, make_rng, passage_from_templates, same_answer, slug
+from .schema import Item, answer_position, fill
 
 NAME = "cf_world_facts"
 VERSION = 2
@@ -59,8 +63,9 @@ def build_passage_items(
     rng: random.Random,
     items_per_fact: int,
     mentions_share: float,
-) -> list[Item]:
-    """Items for the facts of one relation, with balanced answer positions.
+) -> list[tuple[Item, list[str]]]:
+    """Items for the facts of one relation, with balanced answer positions, each with the sentences
+    of its agreeing twin (``passage_from_templates``).
 
     A fact may carry its own ``cf_pool`` of (answer, aliases) to draw the counterfactual from
     (default: the other answers of the relation; an empty pool drops the fact) and extra template
@@ -76,6 +81,8 @@ def build_passage_items(
     positions = balanced(POSITIONS, len(slots), rng)
     n_mentions = round(mentions_share * len(slots))
     mentions = balanced([True] * n_mentions + [False] * (len(slots) - n_mentions), len(slots), rng)
+    # The twins' own draws, so that the counterfactual items stay what they were without twins.
+    agree_rng = make_rng(f"{dataset}{AGREE_SUFFIX}:{templates['relation']}", version, seed)
     items = []
     for (i, k), position, mention in zip(slots, positions, mentions):
         fact = facts[i]
@@ -83,27 +90,26 @@ def build_passage_items(
         parametric = [fact["answer"], *fact.get("answer_aliases", [])]
         values = {"subject": fact["subject"], "answer": cf_answer, "parametric": fact["answer"],
                   **fact.get("values", {})}
-        context, taken = passage_from_templates(
-            templates, values, cf_answer, [] if mention else parametric, position, mention, rng
+        passage = passage_from_templates(
+            templates, values, cf_answer, [] if mention else parametric, position, mention, rng, agree_rng
         )
-        items.append(
-            Item(
-                id=f"{dataset}-{templates['relation']}-{slug(fact['subject'])}-{k}",
-                dataset=dataset,
-                relation=templates["relation"],
-                subject=fact["subject"],
-                context=context,
-                question=fill(templates["question"], **values),
-                counterfactual_answer=cf_answer,
-                counterfactual_aliases=list(cf_aliases),
-                parametric_answer=fact["answer"],
-                parametric_aliases=list(fact.get("answer_aliases", [])),
-                answer_position=taken,
-                mentions_parametric=mention,
-                version=version,
-                seed=seed,
-            )
+        item = Item(
+            id=f"{dataset}-{templates['relation']}-{slug(fact['subject'])}-{k}",
+            dataset=dataset,
+            relation=templates["relation"],
+            subject=fact["subject"],
+            context=" ".join(passage.sentences),
+            question=fill(templates["question"], **values),
+            counterfactual_answer=cf_answer,
+            counterfactual_aliases=list(cf_aliases),
+            parametric_answer=fact["answer"],
+            parametric_aliases=list(fact.get("answer_aliases", [])),
+            answer_position=answer_position(passage.sentences, cf_answer),
+            mentions_parametric=mention,
+            version=version,
+            seed=seed,
         )
+        items.append((item, passage.agree))
     return items
 
 
@@ -241,15 +247,21 @@ def prepared_facts(record: dict) -> list[dict]:
     return out
 
 
-def build_items(dataset: str, version: int, seed: int, former: bool) -> list[Item]:
-    """The items of every relation; ``former``: every context names the true answer as the former one."""
+def build_pairs(dataset: str, version: int, seed: int, former: bool) -> list[tuple[Item, list[str]]]:
+    """The items of every relation, each with the sentences of its agreeing twin; ``former``: every
+    context names the true answer as the former one."""
     rng = make_rng(dataset, version, seed)
     per_fact = FORMER_ITEMS_PER_FACT if former else ITEMS_PER_FACT
-    items: list[Item] = []
+    pairs: list[tuple[Item, list[str]]] = []
     for record in sorted(tables.relations(), key=lambda r: r["relation"]):
-        items += build_passage_items(dataset, version, record, prepared_facts(record), seed, rng, per_fact,
+        pairs += build_passage_items(dataset, version, record, prepared_facts(record), seed, rng, per_fact,
                                      float(former))
-    return items
+    return pairs
+
+
+def build_items(dataset: str, version: int, seed: int, former: bool) -> list[Item]:
+    """The counterfactual items of ``build_pairs``."""
+    return [item for item, _ in build_pairs(dataset, version, seed, former)]
 
 
 def build(seed: int) -> list[Item]:
@@ -326,6 +338,10 @@ def _singular_verb_for_plural(items: list[Item]) -> list[str]:
     return bad
 
 
+def _speaks_of_change(items: list[Item]) -> list[str]:
+    return [i.id for i in items if CHANGE_WORDS.search(i.context)]
+
+
 def _unstated_change(items: list[Item]) -> list[str]:
     """Default items state no change; former items never deny the change they state, and a sentence
     about "the move" comes only with a sentence that states the move."""
@@ -365,4 +381,15 @@ EXTRA_RULES = {
     "sentence_case": ("every sentence and the question start with a capital letter", _lowercase_sentence_start),
     "sentence_names_subject": ("every sentence of the shuffled passage names its subject", _sentence_without_subject),
     "museum_collects_period": ("a counterfactual museum collects art of the painting's year", _museum_outside_period),
+}
+
+# The agreeing twins (cf_world_facts_agree, cf_world_facts_former_agree): the rules above that are about
+# the text, not about the counterfactual (which the twins no longer state). A twin states no change:
+# its passage names only the true answer, so a change word would speak of a change it never states.
+AGREE_RULES = {
+    "agree_no_change": ("no sentence speaks of a change or of a belief about the answer (the twin states none)",
+                        _speaks_of_change),
+    "plural_agreement": EXTRA_RULES["plural_agreement"],
+    "sentence_case": EXTRA_RULES["sentence_case"],
+    "sentence_names_subject": EXTRA_RULES["sentence_names_subject"],
 }

@@ -1,14 +1,18 @@
-"""Helpers the builders share: seeded RNGs, sentence filtering and passage assembly."""
+"""Helpers the builders share: seeded RNGs, sentence filtering, passage assembly and agreeing twins."""
 
 from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
 from functools import lru_cache
+from typing import NamedTuple
 
 from cf_tasks.text import contains_any, normalize
 
-from .schema import POSITIONS, answer_position, fill
+from .schema import POSITIONS, Item, answer_position, fill
+
+AGREE_SUFFIX = "_agree"  # the agreeing twin of dataset X is X + AGREE_SUFFIX
 
 # Particles that are part of many names and say nothing about who is meant.
 NAME_PARTICLES = frozenset(
@@ -67,6 +71,14 @@ def assemble(required: str, others: list[str], position: str, rng: random.Random
     return [*others[:cut], required, *others[cut:]]
 
 
+class Passage(NamedTuple):
+    """A counterfactual passage's sentences and those of its agreeing twin (the same sentences in
+    the same order, the answer sentence stating the true answer)."""
+
+    sentences: list[str]
+    agree: list[str]
+
+
 def passage_from_templates(
     templates: dict,
     values: dict,
@@ -75,23 +87,29 @@ def passage_from_templates(
     position: str,
     mentions_parametric: bool,
     rng: random.Random,
-) -> tuple[str, str]:
-    """A 3-6 sentence counterfactual passage in the shape of a relations.json entry.
+    agree_rng: random.Random,
+) -> Passage:
+    """A 3-6 sentence counterfactual passage in the shape of a relations.json entry, and its twin.
 
     The sentence that states ``answer`` goes at ``position``; the others are reasons and fillers
-    that neither state the answer nor mention anything in ``forbidden``. Returns the passage and
-    the position actually taken by the answer sentence.
+    that neither state the answer nor mention anything in ``forbidden``.
 
     Optional keys: ``change_sentences`` state a change from the former (parametric) value and join
     the ``former_sentences`` when ``mentions_parametric``; ``change_reasons`` explain that change and
     are used only beside a change sentence, so no reason speaks of a change the passage does not state.
+
+    The twin fills the same answer sentence with the true answer (``values["parametric"]``). A former
+    or change sentence names both answers, so the twin takes an answer sentence instead (drawn from
+    ``agree_rng``, which leaves ``rng`` and so the counterfactual passage as they were), and a change
+    reason, which would speak of a change the twin does not state, gives way to another reason.
     """
     pool = "former_sentences" if mentions_parametric else "answer_sentences"
     changes = templates.get("change_sentences", []) if mentions_parametric else []
     template = rng.choice(templates[pool] + changes)
     required = fill(template, **values)
     change_reasons = templates.get("change_reasons", []) if template in changes else []
-    reasons = [fill(t, **values) for t in templates["reason_sentences"] + change_reasons]
+    plain_reasons = [fill(t, **values) for t in templates["reason_sentences"]]
+    reasons = plain_reasons + [fill(t, **values) for t in change_reasons]
     fillers = [fill(t, **values) for t in templates["filler_sentences"]]
     ok = lambda s: not contains_any(s, forbidden) and not contains_any(s, [answer])  # noqa: E731
     reasons = [s for s in reasons if ok(s)]
@@ -104,7 +122,28 @@ def passage_from_templates(
         raise ValueError(f"too few usable reason/filler templates for {values}; add templates")
     rng.shuffle(others)
     sentences = assemble(required, others, position, rng)
-    return " ".join(sentences), answer_position(sentences, answer)
+
+    answers = templates["answer_sentences"]
+    truth = {**values, "answer": values["parametric"]}
+    agree_required = fill(template if template in answers else agree_rng.choice(answers), **truth)
+    spare = [s for s in plain_reasons if ok(s) and s not in others]
+    agree = []
+    for sentence in sentences:
+        if sentence == required:
+            agree.append(agree_required)
+        elif sentence in plain_reasons or sentence in fillers:
+            agree.append(sentence)
+        elif spare:  # a change reason
+            agree.append(spare.pop(agree_rng.randrange(len(spare))))
+    return Passage(sentences, agree)
+
+
+def agree_twin(item: Item, sentences: list[str], dataset: str, version: int) -> Item:
+    """The agreeing twin of a counterfactual ``item``: same id, question and answers, its passage
+    (``sentences``) states the true answer. ``counterfactual_answer`` keeps the value the twin
+    replaced, so the validator can check that none of it is left."""
+    return replace(item, dataset=dataset, version=version, context=" ".join(sentences),
+                   answer_position=answer_position(sentences, item.parametric_answer), mentions_parametric=True)
 
 
 def balanced(labels: tuple[str, ...] | list, n: int, rng: random.Random) -> list:
@@ -114,5 +153,5 @@ def balanced(labels: tuple[str, ...] | list, n: int, rng: random.Random) -> list
     return out
 
 
-__all__ = ["POSITIONS", "assemble", "balanced", "make_rng", "name_fragments", "passage_from_templates",
-           "same_answer", "slug"]
+__all__ = ["POSITIONS", "Passage", "agree_twin", "assemble", "balanced", "make_rng", "name_fragments",
+           "passage_from_templates", "same_answer", "slug"]

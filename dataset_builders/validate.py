@@ -11,15 +11,15 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from cf_tasks.text import contains_any
+from cf_tasks.text import contains, contains_any
 
 from . import BUILDERS, build
-from .common import POSITIONS, name_fragments, same_answer
+from .common import AGREE_SUFFIX, POSITIONS, name_fragments, same_answer
 from .schema import FIELDS, Item
 from .serialize import to_jsonl_bytes
 
 POSITION_SHARE = (0.25, 0.40)  # bounds for each answer position in cf_world_facts
-POSITION_BALANCED = ("cf_world_facts", "cf_world_facts_former", "cf_capitals", "cf_capitals_former")
+POSITION_BALANCED = ("cf_world_facts", "cf_world_facts_former", "cf_capitals", "cf_capitals_former")  # and twins
 FORMER_SUFFIX = "_former"  # datasets whose every context names the true answer as the former value
 MIN_RESEED_CHANGE = 0.10  # share of items another seed must change
 _PLACEHOLDER = re.compile(r"[{}]|\[\[|\]\]")
@@ -93,7 +93,7 @@ def _unique_ids(items: list[Item]) -> list[str]:
 
 
 def _position_shares(items: list[Item]) -> list[str]:
-    if not items or items[0].dataset not in POSITION_BALANCED:
+    if not items or items[0].dataset.removesuffix(AGREE_SUFFIX) not in POSITION_BALANCED:
         return []
     counts = Counter(i.answer_position for i in items)
     low, high = POSITION_SHARE
@@ -133,13 +133,52 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
 }
 
 
+# --- the agreeing twins (``<dataset>_agree``, issue 15): same items, the passage states the true answer
+
+def _true_answer_stated(items: list[Item]) -> list[str]:
+    return [i.id for i in items if not i.mentions_parametric or not contains(i.context, i.parametric_answer)]
+
+
+def _counterfactual_left(items: list[Item]) -> list[str]:
+    return [i.id for i in items if contains_any(i.context, [i.counterfactual_answer, *i.counterfactual_aliases])]
+
+
+def _not_the_same_items(items: list[Item]) -> list[str]:
+    """Compared with the counterfactual dataset built with the same seed (``TWIN_OF`` of the builder)."""
+    if not items:
+        return []
+    twin_of = BUILDERS[items[0].dataset].TWIN_OF
+    key = lambda i: (i.question, i.relation, i.subject, i.counterfactual_answer, i.parametric_answer)  # noqa: E731
+    theirs = {i.id: key(i) for i in build(twin_of, items[0].seed)}
+    mine = {i.id for i in items}
+    return [i.id for i in items if theirs.get(i.id) != key(i)] + sorted(set(theirs) - mine)
+
+
+AGREE_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "schema": RULES["schema"],
+    "answers_differ": RULES["answers_differ"],
+    "agree_same_items": ("the twin has the ids, questions and answers of its counterfactual dataset (same seed)",
+                         _not_the_same_items),
+    "agree_true_answer_in_context": ("the context states the true (parametric) answer, and mentions_parametric says so",
+                                     _true_answer_stated),
+    "agree_no_counterfactual": ("no form of the counterfactual answer (answer or alias) is left in the context",
+                                _counterfactual_left),
+    "no_placeholder": RULES["no_placeholder"],
+    "unique_ids": RULES["unique_ids"],
+    "position_shares": RULES["position_shares"],
+}
+
+
 def rules_for_dataset(name: str | None) -> dict[str, tuple[str, Callable[[list[Item]], list[str]]]]:
     """The shared ``RULES`` plus the ``EXTRA_RULES`` of dataset ``name``'s builder, if it has any.
 
     A builder whose dataset makes promises of its own (ic_recall: the in-context pairs identify
     the relation) declares them next to the code that keeps them, in the same shape as ``RULES``.
+    An agreeing twin (a builder with ``TWIN_OF``) has ``AGREE_RULES`` in place of ``RULES``.
     """
-    return {**RULES, **getattr(BUILDERS.get(name), "EXTRA_RULES", {})}
+    builder = BUILDERS.get(name)
+    shared = AGREE_RULES if hasattr(builder, "TWIN_OF") else RULES
+    return {**shared, **getattr(builder, "EXTRA_RULES", {})}
 
 
 def rules_for(items: list[Item]) -> dict[str, tuple[str, Callable[[list[Item]], list[str]]]]:
