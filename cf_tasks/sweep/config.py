@@ -33,3 +33,5 @@ class SweepConfig:
     metadata: dict | None = None
     lora_group: int = 4
     lock_timeout: float = LOCK_TIMEOUT  # a claim older than this is taken over (other hosts' claims)
+    knowledge: bool = True  # the knowledge probe on the knowledge-conflict tasks (cf_tasks/known.py)
+    agree: bool = True  # each knowledge-conflict task's agreeing twin beside it, where installed
