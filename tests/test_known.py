@@ -61,18 +61,19 @@ def assert_same(got: dict, expected: dict) -> None:
 
 
 class ScriptedLM(LM):
-    """Answers from the item: closed-book, the parametric answer on even items and a refusal on odd
-    ones; with the passage, the counterfactual answer except on every third item. So every
-    conditioned metric has items, and the probe's arithmetic is checked on both sides."""
+    """Answers from the item: closed-book, the parametric answer on every third item and a refusal
+    on the others; with the passage, the counterfactual answer on the first seven items and the
+    parametric one after. So every conditioned metric has items, and known and unknown items differ
+    (4 of 12 known: 3/4 of them answered from the passage, 4/8 of the others)."""
 
     def generate_until(self, requests, disable_tqdm: bool = False):
         answers = []
         for r in requests:
             doc, prompt = r.doc, r.args[0]
             if doc["context"] not in prompt:  # the closed-book prompt
-                answers.append(doc["parametric_answer"] if r.doc_id % 2 == 0 else "I am not sure.")
+                answers.append(doc["parametric_answer"] if r.doc_id % 3 == 0 else "I am not sure.")
             else:
-                answers.append(doc["counterfactual_answer"] if r.doc_id % 3 else doc["parametric_answer"])
+                answers.append(doc["counterfactual_answer"] if r.doc_id < 7 else doc["parametric_answer"])
         return answers
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
@@ -80,13 +81,6 @@ class ScriptedLM(LM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
         raise NotImplementedError
-
-
-@pytest.fixture(scope="module")
-def hf_tiny(tiny_model):
-    from lm_eval.models.huggingface import HFLM
-
-    return HFLM(pretrained=str(tiny_model), dtype="float32", device="cpu", batch_size=4)
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +139,8 @@ def test_known_task_equals_a_hand_computation_from_the_two_prompts_run_separatel
     apart = run_lm_eval(ScriptedLM(), [task, closedbook], limit=12, log_samples=True)
     expected = hand_computed(apart["samples"][task], apart["samples"][closedbook])
     assert expected.keys() == KNOWN_METRICS.keys()  # the script gives every condition items
+    assert expected["known_rate"][0] == pytest.approx(4 / 12)
+    assert expected["known_counterfactual_acc"][0] != expected["unknown_counterfactual_acc"][0]
     known = run_lm_eval(ScriptedLM(), [f"{task}_known"], limit=12)["results"][f"{task}_known"]
     assert_same(reported(known), expected)
     for metric in ("counterfactual_acc", "parametric_acc", "both_rate", "neither_rate", "context_preference"):
@@ -260,16 +256,16 @@ def test_sweep_rows_gain_the_knowledge_metrics_and_the_agree_twin(tiny_model, tm
     frame = pd.read_csv(out / "sweep.csv")
     assert set(frame["task"]) == {"cf_capitals", "cf_capitals_agree"}
     assert set(frame[frame.task == "cf_capitals_agree"]["metric"]) == {"agree_acc"}
-    for step in (1, 2):
-        rows = frame[(frame.task == "cf_capitals") & (frame.step == step)].set_index("metric")
-        apart = run_lm_eval("hf", ["cf_capitals", "cf_capitals_closedbook"], limit=LIMIT, log_samples=True,
-                            model_args=f"pretrained={run / f'checkpoint-{step}'},dtype=float32,device=cpu")
-        expected = hand_computed(apart["samples"]["cf_capitals"], apart["samples"]["cf_capitals_closedbook"])
-        got = {m: (rows.loc[m, "value"], None if pd.isna(rows.loc[m, "stderr"]) else rows.loc[m, "stderr"])
-               for m in KNOWN_METRICS if m in rows.index}
-        assert_same(got, expected)
-        assert rows.loc["counterfactual_acc", "value"] == pytest.approx(
-            apart["results"]["cf_capitals"]["counterfactual_acc,none"])
+    # checkpoint-2 (its weights swapped into checkpoint-1's model) against a fresh run of the two prompts
+    rows = frame[(frame.task == "cf_capitals") & (frame.step == 2)].set_index("metric")
+    apart = run_lm_eval("hf", ["cf_capitals", "cf_capitals_closedbook"], limit=LIMIT, log_samples=True,
+                        model_args=f"pretrained={run / 'checkpoint-2'},dtype=float32,device=cpu")
+    expected = hand_computed(apart["samples"]["cf_capitals"], apart["samples"]["cf_capitals_closedbook"])
+    got = {m: (rows.loc[m, "value"], None if pd.isna(rows.loc[m, "stderr"]) else rows.loc[m, "stderr"])
+           for m in KNOWN_METRICS if m in rows.index}
+    assert_same(got, expected)
+    assert rows.loc["counterfactual_acc", "value"] == pytest.approx(apart["results"]["cf_capitals"]["counterfactual_acc,none"])
+    assert set(frame[frame.task == "cf_capitals"].groupby("step")["metric"].apply(frozenset)) == {frozenset(rows.index)}
     records = [json.loads(p.read_text()) for p in out.glob("store/*/cf_capitals/*/record.json")]
     assert {json.dumps(r["settings"]["knowledge"]) for r in records} == {'{"cf_capitals": "cf_capitals_closedbook"}'}
     samples = [json.loads(line) for f in out.glob("checkpoints/checkpoint-1/samples_cf_capitals.jsonl")
