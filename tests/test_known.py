@@ -124,12 +124,13 @@ def test_known_tasks_render_the_task_prompt_and_the_closedbook_prompt_of_the_pla
         names = [f"{dataset}_tulu", f"{dataset}_closedbook", f"{dataset}_tulu_known"]
         loaded = tm.load(names)["tasks"]
         for task in loaded.values():
-            task.build_all_requests(limit=2)
+            task.build_all_requests(limit=2, system_instruction="Answer briefly.")
         known = loaded[f"{dataset}_tulu_known"]
         assert [(i.doc_id, i.idx) for i in known.instances] == [(0, 0), (0, 1), (1, 0), (1, 1)]
         assert [i.args[0] for i in known.instances if i.idx == 0] == [i.args[0] for i in loaded[names[0]].instances]
         assert [i.args[0] for i in known.instances if i.idx == 1] == [i.args[0] for i in loaded[names[1]].instances]
         assert [i.args[1] for i in known.instances if i.idx == 1] == [i.args[1] for i in loaded[names[1]].instances]
+        assert all(i.args[0].startswith("Answer briefly.") for i in known.instances)
 
 
 # ---------------------------------------------------------------- the conditioned metrics
