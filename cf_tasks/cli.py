@@ -14,6 +14,9 @@ from pathlib import Path
 
 ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
               "significant fall (default 0.05)")
+NO_KNOWLEDGE_HELP = ("skip the knowledge probe: by default each knowledge-conflict task's items are also asked "
+                     "closed-book in the same pass, adding known_rate, known_counterfactual_acc, "
+                     "known_parametric_acc and unknown_counterfactual_acc")
 
 
 class UsageError(Exception):
@@ -95,7 +98,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from lm_eval.utils import make_table, simple_parse_args_string
 
     from .default_model import DEFAULT_MODEL_BATCH_SIZE, DefaultModelError, default_model_path
-    from .evaluate import default_device, needs_builtin_tasks, run_lm_eval
+    from .evaluate import default_device, knowledge_probe, needs_builtin_tasks, run_lm_eval
     from .registry import task_manager
 
     tasks = [t for t in args.tasks.split(",") if t]
@@ -121,10 +124,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         device = default_device()
     # Built once: lm-eval's own index (~7 s) only when a task is not ours.
     tm = task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
+    probe = None if args.no_knowledge else knowledge_probe(tasks, tm)
     results = run_lm_eval(
         args.model, tasks, model_args=model_args, limit=args.limit, batch_size=batch_size or 1, device=device,
         metadata=metadata, apply_chat_template=bool(args.apply_chat_template),
-        log_samples=bool(args.output_path), task_manager=tm,
+        log_samples=bool(args.output_path), task_manager=tm, knowledge=probe,
     )
     if results is None:
         return 0
@@ -180,6 +184,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         device=args.device, tensor_parallel_size=args.tensor_parallel_size, model_args=args.model_args,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
+        knowledge=not args.no_knowledge, agree=not args.no_agree,
     )
     try:
         failed = run_sweep(cfg)
@@ -234,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
     p.add_argument("--apply_chat_template", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap prompts in the model's chat template (default: on for the default model only)")
+    p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="score every checkpoint of a fine-tuning run (full or LoRA)")
@@ -268,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "dead process on this host is taken over at once)")
     p.add_argument("--alpha", default="0.05",
                    help=ALPHA_HELP)
+    p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)
+    p.add_argument("--no_agree", action="store_true",
+                   help="do not run each knowledge-conflict task's agreeing twin (<dataset>_agree, where installed)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="merge sweep outputs (e.g. shards), redraw the plot, rewrite summary.csv")

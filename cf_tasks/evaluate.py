@@ -2,12 +2,15 @@
 
 ``cf-tasks eval`` with no ``--model_args`` evaluates the embedded default model
 (``default_model.py``). lm-eval's built-in task index (~7 s) is only built when a requested task
-is not one of ours.
+is not one of ours. With a knowledge probe (``known.Probe``), the closed-book tasks run in the same
+pass and their answers are merged into the knowledge-conflict tasks' results.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .known import Probe, add_knowledge, probe_for
 
 
 def default_device() -> str:
@@ -39,23 +42,48 @@ def run_lm_eval(
     log_samples: bool = False,
     task_manager=None,
     device: str | None = None,
+    knowledge: Probe | None = None,
 ) -> dict:
-    """``lm_eval.simple_evaluate`` with a task manager that indexes built-ins only when needed."""
+    """``lm_eval.simple_evaluate`` with a task manager that indexes built-ins only when needed.
+
+    ``knowledge``: run its extra closed-book tasks in the same pass (same items, same ``limit``)
+    and merge the conditioned metrics into its knowledge-conflict tasks (``known.add_knowledge``);
+    the extra tasks are then dropped from the results, and the samples too unless ``log_samples``.
+    """
     import lm_eval
 
     from .registry import task_manager as make_task_manager
+    from .sweep.store import RESULT_KEYS_BY_TASK
 
     if task_manager is None:
         task_manager = make_task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
-    return lm_eval.simple_evaluate(
+    results = lm_eval.simple_evaluate(
         model=model,
         model_args=model_args,
-        tasks=tasks,
+        tasks=[*tasks, *(knowledge.extra if knowledge else ())],
         limit=limit,
         batch_size=batch_size,
         device=device,
         task_manager=task_manager,
         apply_chat_template=apply_chat_template,
-        log_samples=log_samples,
+        log_samples=log_samples or knowledge is not None,
         metadata=metadata,
     )
+    if knowledge is not None and results is not None:
+        add_knowledge(results, knowledge)
+        for key in RESULT_KEYS_BY_TASK:
+            for name in knowledge.extra:
+                results.get(key, {}).pop(name, None)
+        if not log_samples:
+            results.pop("samples", None)
+    return results
+
+
+def knowledge_probe(tasks: list[str], task_manager) -> Probe | None:
+    """The probe of an lm-eval pass over ``tasks`` (names of tasks, groups or tags): the
+    knowledge-conflict tasks among their leaf tasks (only ours are expanded)."""
+    ours = our_task_names()
+    members = []
+    for name in tasks:
+        members += list(task_manager.load([name])["tasks"]) if name in ours else [name]
+    return probe_for(members)

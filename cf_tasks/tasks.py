@@ -4,7 +4,10 @@ aggregations the YAMLs name with ``!function cf_tasks.tasks.<name>``.
 Metric names are the same strings in YAML, the results JSON and every table:
 ``counterfactual_acc``, ``parametric_acc``, ``both_rate``, ``neither_rate``,
 ``context_preference`` for generation tasks; ``acc``, ``context_prob``, ``acc_norm`` and
-``context_prob_norm`` for the ``_mc`` ones; ``agree_acc`` for the agreeing twins (``<dataset>_agree``).
+``context_prob_norm`` for the ``_mc`` ones; ``agree_acc`` for the agreeing twins (``<dataset>_agree``);
+and the knowledge probe's ``known_rate``,
+``known_counterfactual_acc``, ``known_parametric_acc``, ``unknown_counterfactual_acc`` for the
+``_known`` ones (``KnownTask``, ``cf_tasks/known.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ import re
 from functools import lru_cache
 from typing import Any
 
+import yaml
+from lm_eval.api.task import ConfigurableTask
+
+from .known import KNOWN_METRICS, conditioned
 from .scoring import score, score_quote
 from .text import contains
 
@@ -148,3 +155,61 @@ def _sigmoid(x: float) -> float:
         return 1.0 / (1.0 + math.exp(-x))
     z = math.exp(x)
     return z / (1.0 + z)
+
+
+class KnownTask(ConfigurableTask):
+    """``<task>_known``: the task's prompt and the closed-book prompt on each item, one lm-eval task.
+
+    The YAML is the task's own (``include:`` of its dataset and prompt files) plus
+    ``_prompts/<family>_known_yaml``, which names this class and ``closedbook_prompt``: the prompt
+    file (in ``task_yamls/_prompts``) of the dataset's ``_closedbook`` task. Each item gets two
+    generation requests: idx 0 with the task's prompt, idx 1 with the closed-book prompt, both
+    rendered by lm-eval's own ``fewshot_context`` (so ``--apply_chat_template``, a system
+    instruction and ``--limit`` treat them as the plain tasks). ``process_results`` scores the first
+    as the task does and the second as the closed-book task does; an item is known when the
+    closed-book answer is parametric-correct (``cf_tasks.known``).
+    """
+
+    def __init__(self, config: dict | None = None) -> None:
+        config = dict(config or {})
+        config.pop("class", None)
+        prompt_file = config.pop("closedbook_prompt", None)
+        if not prompt_file:
+            raise ValueError(f"{config.get('task')}: a _known task needs closedbook_prompt (a file of "
+                             "task_yamls/_prompts); include _prompts/qa_known_yaml or _prompts/quote_known_yaml")
+        from .registry import task_yamls_path
+
+        self.closedbook_doc_to_text = yaml.safe_load(
+            (task_yamls_path() / "_prompts" / prompt_file).read_text(encoding="utf-8"))["doc_to_text"]
+        config["metric_list"] = [*config.get("metric_list", []), *(
+            {"metric": m, "aggregation": "mean", "higher_is_better": h} for m, h in KNOWN_METRICS.items())]
+        self._closed_book_turn = False
+        super().__init__(config=config)
+
+    def doc_to_text(self, doc, doc_to_text=None):
+        if self._closed_book_turn:
+            doc_to_text = self.closedbook_doc_to_text
+        return super().doc_to_text(doc, doc_to_text)
+
+    def fewshot_context(self, doc, num_fewshot, **kwargs):
+        """Both prompts of the item: [the task's, the closed-book one]."""
+        own = super().fewshot_context(doc, num_fewshot, **kwargs)
+        self._closed_book_turn = True
+        try:
+            closed = super().fewshot_context(doc, num_fewshot, **kwargs)
+        finally:
+            self._closed_book_turn = False
+        return [own, closed]
+
+    def construct_requests(self, doc, ctx, **kwargs):
+        requests = []
+        for idx, prompt in enumerate(ctx):
+            request = super().construct_requests(doc, prompt, **kwargs)
+            request.idx = idx
+            requests.append(request)
+        return requests
+
+    def process_results(self, doc: dict, results: list[str]) -> dict[str, Any]:
+        own = process_results(doc, results[:1])
+        closed = process_results(doc, results[1:])
+        return {**own, **conditioned(own["counterfactual_acc"], own["parametric_acc"], closed["parametric_acc"] == 1.0)}

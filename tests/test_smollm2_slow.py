@@ -1,4 +1,5 @@
-"""The bundled SmolLM2-135M-Instruct on the suite (slow: ~2-3 minutes on 2 CPU cores; CI runs it)."""
+"""The bundled SmolLM2-135M-Instruct on the suite, with the knowledge probe (slow: ~3-4 minutes on 2
+CPU cores; CI runs it)."""
 
 import pytest
 
@@ -16,10 +17,16 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def suite_results(smollm2):
-    from cf_tasks.evaluate import run_lm_eval
+    from cf_tasks.evaluate import knowledge_probe, run_lm_eval
+    from cf_tasks.registry import task_manager
 
+    # The suite with the knowledge probe (as cf-tasks eval runs it), and the two datasets outside
+    # the suite through their _known tasks.
+    tasks = ["cf_suite", "cf_capitals_closedbook", "cf_world_facts_former_known", "cf_capitals_former_known"]
+    tm = task_manager()
     # An instruct model: without its chat template SmolLM2 answers most raw prompts with <|im_end|>.
-    return run_lm_eval(smollm2, ["cf_suite", "cf_capitals_closedbook"], limit=20, apply_chat_template=True)["results"]
+    return run_lm_eval(smollm2, tasks, limit=20, apply_chat_template=True, task_manager=tm,
+                       knowledge=knowledge_probe(tasks, tm))["results"]
 
 
 def test_suite_figures_are_in_range(suite_results):
@@ -49,3 +56,20 @@ def test_context_moves_the_model_on_capitals(suite_results):
     # reason for a move they never state, and fewer items convince it: 2-3 of 20 at seed 1234.)
     assert ctx["counterfactual_acc,none"] > closed["counterfactual_acc,none"]
     assert ctx["counterfactual_acc,none"] >= 0.1
+
+
+def test_known_rate_per_dataset(suite_results):
+    from cf_tasks.known import KC_DATASETS
+
+    rates = {}
+    for dataset in KC_DATASETS:
+        r = suite_results.get(dataset) or suite_results[f"{dataset}_known"]
+        rates[dataset] = r["known_rate,none"]
+        conditioned = "  ".join(f"{m} {r[m + ',none']:.2f}" for m in (
+            "known_counterfactual_acc", "known_parametric_acc", "unknown_counterfactual_acc") if m + ",none" in r)
+        print(f"{dataset}: known_rate {rates[dataset]:.2f}  {conditioned}")
+        assert 0 <= rates[dataset] <= 1
+    # The probe's closed-book answers are the closed-book task's: the same items, the same scores.
+    assert rates["cf_capitals"] == pytest.approx(suite_results["cf_capitals_closedbook"]["parametric_acc,none"])
+    # A 135M model knows some capitals without a passage, not all.
+    assert 0 < rates["cf_capitals"] < 1

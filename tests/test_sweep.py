@@ -144,7 +144,7 @@ def _responses(samples):
 def test_lora_group_generates_adapters_together_with_the_answers_of_separate_runs(run_dir, tmp_path, made_backends):
     out = tmp_path / "grouped"
     cfg = SweepConfig(run_dir=run_dir["lora"], tasks=["cf_capitals"], output_path=out, backend="hf", limit=4,
-                      batch_size=2, device="cpu", lora_group=4)
+                      batch_size=2, device="cpu", lora_group=4, knowledge=False)  # batches of the task alone
     assert run_sweep(cfg, log=lambda *a, **k: None) == 0
     # Both adapters were generated in the first adapter's batches (4 items / batch 2 = 2 batches);
     # the second adapter's lm-eval run got its answers back for those same 2 batches.
@@ -194,7 +194,8 @@ def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_di
     (scaled / "adapter_config.json").write_text(json.dumps({**cfg, "lora_alpha": cfg["lora_alpha"] * 64}))
     out = tmp_path / "out"
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, backend="hf", limit=3,
-                                 batch_size=3, device="cpu"), log=lambda *a, **k: None) == 1
+                                 batch_size=3, device="cpu", knowledge=False),  # batches of the task alone
+                     log=lambda *a, **k: None) == 1
     status = {e["name"]: e["status"] for e in json.loads((out / "manifest.json").read_text())["checkpoints"].values()}
     assert status == {"step_10": "done", "step_15": "failed", "step_20": "done"}
     # step_20 was generated with step_10 and kept its place while step_15 failed on its own.

@@ -35,3 +35,5 @@ class SweepConfig:
     lora_group: int = 4
     lock_timeout: float = LOCK_TIMEOUT  # a claim older than this is taken over (other hosts' claims)
     alpha: float = 0.05  # significance level of the summary's paired tests (stats.py)
+    knowledge: bool = True  # the knowledge probe on the knowledge-conflict tasks (cf_tasks/known.py)
+    agree: bool = True  # each knowledge-conflict task's agreeing twin beside it, where installed

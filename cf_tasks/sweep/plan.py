@@ -4,6 +4,7 @@ evaluates them and writes each result into the store."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import os
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..checkpoints import Checkpoint, check_weights, discover, settled, step_of
+from ..known import agree_twin, probe_for
 from . import store, upstream
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
@@ -120,8 +122,10 @@ def _limit_setting(limit: float | None) -> float | int | None:
 
 
 def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
-    """Every setting that can move one task's numbers, per requested task; checks that each task
-    exists and that its dataset loads (one line naming the task and the dataset otherwise)."""
+    """Every setting that can move one task's numbers, per task to score: the requested ones and,
+    unless ``--no_agree``, the agreeing twin of each knowledge-conflict task among them (where
+    installed). Checks that each task exists and that its dataset loads (one line naming the task
+    and the dataset otherwise)."""
     known = set(tm.task_index)
     for name in cfg.tasks:
         if name not in known:
@@ -155,6 +159,14 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
             "backend": cfg.backend,
             "model_args": model_args,
         }
+        probe = probe_for(tasks) if cfg.knowledge else None
+        if probe is not None:  # only where the probe runs: a result without it keeps the hash it always had
+            settings[name]["knowledge"] = probe.pairs
+    if cfg.agree:
+        members = {t for s in settings.values() for t in s["num_fewshot"]}
+        twins = sorted({agree_twin(t, known) for t in members} - {None} - set(settings) - members)
+        if twins:
+            settings.update(_task_settings(dataclasses.replace(cfg, tasks=twins, agree=False), tm))
     return settings
 
 
@@ -234,7 +246,7 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
         failed[place["place"]] = error
 
     def missing(cid: str) -> list[str]:
-        return [t for t in cfg.tasks if not store.has_result(out, cid, t, hashes[t])]
+        return [t for t in settings if not store.has_result(out, cid, t, hashes[t])]
 
     while True:
         checkpoints = discover(run_dir, cfg.base)
@@ -285,8 +297,11 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
                     try:
                         lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
                         start = time.perf_counter()
+                        probe = probe_for(t for name in tasks for t in settings[name]["num_fewshot"]) \
+                            if cfg.knowledge else None
                         results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
-                                              apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata)
+                                              apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
+                                              knowledge=probe)
                         seconds = time.perf_counter() - start
                     except KeyboardInterrupt:
                         raise

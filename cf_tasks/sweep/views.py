@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..files import atomic_write, tmp_name
+from ..known import AGREE_METRIC, agree_twin
 from ..results import TIDY_COLUMNS, rows_to_csv, tidy_rows
 from . import store
 from .config import SweepError
@@ -24,6 +25,11 @@ SWEEP_COLUMNS = ("checkpoint", "step", "task", "metric", "value", "stderr", "n",
 MANIFEST = "manifest.json"
 SUMMARY = "summary.csv"
 ITEMS = "items.csv"
+# The knowledge probe's lines: the colour of the metric they condition, a line style of their own.
+KNOWN_STYLES = {"known_counterfactual_acc": {"color": "tab:blue", "linestyle": "--", "marker": "s"},
+                "known_parametric_acc": {"color": "tab:orange", "linestyle": "--", "marker": "s"},
+                "unknown_counterfactual_acc": {"color": "tab:blue", "linestyle": ":", "marker": "x"}}
+AGREE_STYLE = {"color": "tab:purple", "linestyle": "-", "marker": "^"}
 
 
 def _current(out: Path) -> tuple[list[tuple[dict, list[dict]]], list[dict]]:
@@ -202,7 +208,8 @@ def plot(rows: list[dict], path: Path) -> None:
     def key(r):
         return r.get("series", r["task"])
 
-    cf_series = sorted({key(r) for r in rows if r["metric"] == "counterfactual_acc"})
+    agree_tasks = {r["task"] for r in rows if r["metric"] == AGREE_METRIC}
+    cf_series = sorted({key(r) for r in rows if r["metric"] == "counterfactual_acc" and r["task"] not in agree_tasks})
     cf_tasks = {r["task"] for r in rows if r["metric"] == "context_prob"}
     standard = sorted({key(r) for r in rows if r["metric"] in ("acc", "exact_match") and r["task"] not in cf_tasks})
     panels: list[str | None] = list(cf_series) or [None]
@@ -213,6 +220,14 @@ def plot(rows: list[dict], path: Path) -> None:
                 pts = _series(rows, series, metric)
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
                             marker="o", color=color, label=metric, capsize=2)
+            # Known items (the knowledge probe) in their own line style; the agreeing twin in its own colour.
+            lines = [(series, metric, style) for metric, style in KNOWN_STYLES.items()]
+            lines += [(twin, AGREE_METRIC, AGREE_STYLE) for twin in _twin_series(rows, series, agree_tasks)]
+            for name, metric, style in lines:
+                pts = _series(rows, name, metric)
+                if pts:
+                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=2,
+                                label=metric if name == series else f"{name} {metric}", **style)
             ax.set_title(series, fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
@@ -235,6 +250,16 @@ def plot(rows: list[dict], path: Path) -> None:
         plt.close(fig)
     atomic_write(path, png.getvalue())
 
+
+
+def _twin_series(rows: list[dict], series: str, agree_tasks: set[str]) -> list[str]:
+    """The series of a knowledge-conflict series' agreeing twin: the twin task's rows of the same
+    run folder, limit, chat template and metadata."""
+    mine = next(r for r in rows if r.get("series", r["task"]) == series)
+    twin = agree_twin(mine["task"], agree_tasks)
+    same = ("run", "limit", "apply_chat_template", "metadata")
+    return sorted({r.get("series", r["task"]) for r in rows if r["task"] == twin and r["metric"] == AGREE_METRIC
+                   and all(r.get(k) == mine.get(k) for k in same)})
 
 
 def _read_sweep_json(path: Path) -> dict:
