@@ -1,5 +1,7 @@
 """`cf-tasks sweep` over 4 LoRA checkpoints of the bundled SmolLM2 against a loop of 4 `lm_eval`
-CLI runs doing the same work, side by side in one run.
+CLI runs doing the same work, side by side in one run (the sweep with `--no_knowledge --no_agree`:
+plain `lm_eval` runs neither the knowledge probe nor the agreeing twins; `knowledge_bench.py`
+measures what the probe costs).
 
 Prints both wall times, the speed ratio (targets: >= 3x with vLLM, >= 2x with transformers), the
 share of the sweep's wall time spent inside lm-eval's evaluation of the checkpoints (target >= 80%;
@@ -85,7 +87,8 @@ def main() -> None:
         start = time.perf_counter()
         subprocess.run([str(bindir / "cf-tasks"), "sweep", str(tmp / "run"), "--tasks", args.tasks,
                         "--output_path", str(tmp / "sweep"), "--limit", str(args.limit), "--backend", args.backend,
-                        "--batch_size", "8", "--model_args", shared], check=True, env=env)
+                        "--batch_size", "8", "--model_args", shared,
+                        "--no_knowledge", "--no_agree"], check=True, env=env)
         sweep_wall = time.perf_counter() - start
         manifest = json.loads((tmp / "sweep" / "manifest.json").read_text())
         eval_seconds = sum(e.get("seconds", 0.0) for e in manifest["checkpoints"].values())
