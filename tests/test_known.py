@@ -300,4 +300,7 @@ def test_settings_without_the_probe_keep_the_hash_of_earlier_stores():
     # Earlier stores wrote these very keys: a result without the probe keeps its hash.
     assert off["cf_capitals"] == {k: v for k, v in on["cf_capitals"].items() if k != "knowledge"}
     assert "knowledge" not in on["cf_capitals_mc"] and on["cf_capitals_mc"] == off["cf_capitals_mc"]
-    assert set(on) == {"cf_capitals", "cf_capitals_mc"}  # no agree twin installed: nothing added
+    # The agreeing twin runs beside its knowledge-conflict task, without the probe.
+    assert set(on) == {"cf_capitals", "cf_capitals_mc", "cf_capitals_agree"} and "knowledge" not in on["cf_capitals_agree"]
+    no_twin = _task_settings(SweepConfig(**{**cfg.__dict__, "agree": False}), tm)
+    assert set(no_twin) == {"cf_capitals", "cf_capitals_mc"}

@@ -314,7 +314,8 @@ def tiny_run(tiny_model, tmp_path_factory):
 def test_a_sweep_of_the_tiny_model_keeps_every_checkpoints_samples_and_summarises_them(tiny_run, tmp_path):
     pytest.importorskip("scipy")
     out = tmp_path / "out"
-    cfg = SweepConfig(run_dir=tiny_run, tasks=["cf_quotes", "cf_capitals_mc"], output_path=out, limit=4, alpha=0.2)
+    cfg = SweepConfig(run_dir=tiny_run, tasks=["cf_quotes", "cf_capitals_mc"], output_path=out, limit=4, alpha=0.2,
+                      agree=False)  # the hand computation below has no agree control
     assert run_sweep(cfg, **QUIET) == 0
     records = list((out / "store").glob("*/*/*/record.json"))
     assert len(records) == 6 and all(list(r.parent.glob("samples_*.jsonl")) for r in records)

@@ -144,7 +144,7 @@ def _responses(samples):
 def test_lora_group_generates_adapters_together_with_the_answers_of_separate_runs(run_dir, tmp_path, made_backends):
     out = tmp_path / "grouped"
     cfg = SweepConfig(run_dir=run_dir["lora"], tasks=["cf_capitals"], output_path=out, backend="hf", limit=4,
-                      batch_size=2, device="cpu", lora_group=4, knowledge=False)  # batches of the task alone
+                      batch_size=2, device="cpu", lora_group=4, knowledge=False, agree=False)  # the task alone
     assert run_sweep(cfg, log=lambda *a, **k: None) == 0
     # Both adapters were generated in the first adapter's batches (4 items / batch 2 = 2 batches);
     # the second adapter's lm-eval run got its answers back for those same 2 batches.
@@ -194,7 +194,7 @@ def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_di
     (scaled / "adapter_config.json").write_text(json.dumps({**cfg, "lora_alpha": cfg["lora_alpha"] * 64}))
     out = tmp_path / "out"
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, backend="hf", limit=3,
-                                 batch_size=3, device="cpu", knowledge=False),  # batches of the task alone
+                                 batch_size=3, device="cpu", knowledge=False, agree=False),  # the task alone
                      log=lambda *a, **k: None) == 1
     status = {e["name"]: e["status"] for e in json.loads((out / "manifest.json").read_text())["checkpoints"].values()}
     assert status == {"step_10": "done", "step_15": "failed", "step_20": "done"}
@@ -372,9 +372,10 @@ def test_case2_another_task_into_a_finished_output_keeps_the_first_tasks_results
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, limit=2), **QUIET) == 0
     both = _values(out)
     assert {k: v for k, v in both.items() if k[3] == "cf_capitals_mc"} == first
-    assert {k[3] for k in both} == {"cf_capitals_mc", "cf_capitals"}
+    # cf_capitals is a knowledge-conflict task: its agreeing twin runs beside it by default.
+    assert {k[3] for k in both} == {"cf_capitals_mc", "cf_capitals", "cf_capitals_agree"}
     results = json.loads((out / "checkpoints" / "checkpoint-1" / "results.json").read_text())
-    assert set(results["results"]) == {"cf_capitals_mc", "cf_capitals"}
+    assert set(results["results"]) == {"cf_capitals_mc", "cf_capitals", "cf_capitals_agree"}
     # Both tasks again: nothing is re-scored.
     before = _results_in_store(out)
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc", "cf_capitals"], output_path=out, limit=2),
