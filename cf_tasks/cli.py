@@ -12,6 +12,10 @@ import time
 from pathlib import Path
 
 
+ATTENTION_HELP = ("also measure context_attention: the attention of the position that predicts the first answer "
+                  "token on the context passage, per knowledge-conflict item (hf models only)")
+
+
 class UsageError(Exception):
     """A problem with the user's input; printed as one line without a traceback."""
 
@@ -94,6 +98,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     tasks = [t for t in args.tasks.split(",") if t]
     metadata = _parse_metadata(args.metadata)
+    if args.attention:
+        from .attention import HF_MODELS, UNAVAILABLE
+
+        if args.model not in HF_MODELS:
+            raise UsageError(UNAVAILABLE.format(where=f"--model {args.model}", fix="--model hf"))
     model_args = args.model_args
     device, batch_size = args.device, args.batch_size
     if not model_args:
@@ -115,11 +124,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         device = default_device()
     # Built once: lm-eval's own index (~7 s) only when a task is not ours.
     tm = task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
-    results = run_lm_eval(
-        args.model, tasks, model_args=model_args, limit=args.limit, batch_size=batch_size or 1, device=device,
-        metadata=metadata, apply_chat_template=bool(args.apply_chat_template),
-        log_samples=bool(args.output_path), task_manager=tm,
-    )
+    from .attention import AttentionError
+
+    try:
+        results = run_lm_eval(
+            args.model, tasks, model_args=model_args, limit=args.limit, batch_size=batch_size or 1, device=device,
+            metadata=metadata, apply_chat_template=bool(args.apply_chat_template),
+            log_samples=bool(args.output_path), task_manager=tm, attention=args.attention,
+        )
+    except AttentionError as err:
+        raise UsageError(str(err)) from None
     if results is None:
         return 0
     if args.output_path:
@@ -163,7 +177,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval, settle_seconds=args.settle_seconds, max_polls=args.max_polls,
         device=args.device, tensor_parallel_size=args.tensor_parallel_size,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
-        lora_group=args.lora_group, lock_timeout=args.lock_timeout,
+        lora_group=args.lora_group, lock_timeout=args.lock_timeout, attention=args.attention,
     )
     try:
         failed = run_sweep(cfg)
@@ -217,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metadata", default=None, help="JSON passed to the tasks, e.g. '{\"seed\": 7}'")
     p.add_argument("--apply_chat_template", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap prompts in the model's chat template (default: on for the default model only)")
+    p.add_argument("--attention", action="store_true", help=ATTENTION_HELP)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="score every checkpoint of a fine-tuning run (full or LoRA)")
@@ -245,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock_timeout", type=float, default=6 * 3600.0,
                    help="seconds after which another host's claim on a checkpoint is taken over (a claim of a "
                         "dead process on this host is taken over at once)")
+    p.add_argument("--attention", action="store_true", help=ATTENTION_HELP + " (hf backend)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="merge sweep outputs (e.g. shards) and redraw the plot")

@@ -33,3 +33,4 @@ class SweepConfig:
     metadata: dict | None = None
     lora_group: int = 4
     lock_timeout: float = LOCK_TIMEOUT  # a claim older than this is taken over (other hosts' claims)
+    attention: bool = False  # also measure context_attention (cf_tasks.attention; hf backend only)

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..attention import UNAVAILABLE as ATTENTION_UNAVAILABLE
+from ..attention import setting as attention_setting
 from ..checkpoints import Checkpoint, check_weights, discover, settled, step_of
 from . import store
 from .config import SweepConfig, SweepError
@@ -52,6 +54,8 @@ def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
     """The checks that need no model and no task index: one SweepError (one line) each."""
     if not cfg.tasks:
         raise SweepError("--tasks is empty; pass comma-separated task names, e.g. --tasks cf_suite")
+    if cfg.attention and cfg.backend != "hf":
+        raise SweepError(ATTENTION_UNAVAILABLE.format(where=f"--backend {cfg.backend}", fix="--backend hf"))
     if cfg.limit is not None and not cfg.limit > 0:
         raise SweepError(f"--limit {cfg.limit:g}: must be a positive number of items per task (a value below 1 is a "
                          "fraction of each task)")
@@ -144,6 +148,8 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
             "backend": cfg.backend,
             "model_args": {"dtype": "float32"},
         }
+        if cfg.attention and attention_setting(tasks):  # only where it adds a metric: other results stay shared
+            settings[name]["attention"] = attention_setting(tasks)
     return settings
 
 
@@ -275,7 +281,8 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
                         lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
                         start = time.perf_counter()
                         results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
-                                              apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata)
+                                              apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
+                                              attention=cfg.attention)
                         seconds = time.perf_counter() - start
                     except KeyboardInterrupt:
                         raise
