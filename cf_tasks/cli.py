@@ -17,6 +17,8 @@ ALPHA_HELP = ("significance level of the summary's paired tests: an inversion ne
 NO_KNOWLEDGE_HELP = ("skip the knowledge probe: by default each knowledge-conflict task's items are also asked "
                      "closed-book in the same pass, adding known_rate, known_counterfactual_acc, "
                      "known_parametric_acc and unknown_counterfactual_acc")
+ATTENTION_HELP = ("also measure context_attention: the attention of the position that predicts the first answer "
+                  "token on the context passage, per knowledge-conflict item (hf models only)")
 
 
 class UsageError(Exception):
@@ -103,6 +105,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     tasks = [t for t in args.tasks.split(",") if t]
     metadata = _parse_metadata(args.metadata)
+    if args.attention:
+        from .attention import HF_MODELS, UNAVAILABLE
+
+        if args.model not in HF_MODELS:
+            raise UsageError(UNAVAILABLE.format(where=f"--model {args.model}", fix="--model hf"))
     model_args = args.model_args
     device, batch_size = args.device, args.batch_size
     if not model_args:
@@ -125,11 +132,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Built once: lm-eval's own index (~7 s) only when a task is not ours.
     tm = task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
     probe = None if args.no_knowledge else knowledge_probe(tasks, tm)
-    results = run_lm_eval(
-        args.model, tasks, model_args=model_args, limit=args.limit, batch_size=batch_size or 1, device=device,
-        metadata=metadata, apply_chat_template=bool(args.apply_chat_template),
-        log_samples=bool(args.output_path), task_manager=tm, knowledge=probe,
-    )
+    from .attention import AttentionError
+
+    try:
+        results = run_lm_eval(
+            args.model, tasks, model_args=model_args, limit=args.limit, batch_size=batch_size or 1, device=device,
+            metadata=metadata, apply_chat_template=bool(args.apply_chat_template),
+            log_samples=bool(args.output_path), task_manager=tm, knowledge=probe, attention=args.attention,
+        )
+    except AttentionError as err:
+        raise UsageError(str(err)) from None
     if results is None:
         return 0
     if args.output_path:
@@ -184,7 +196,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         device=args.device, tensor_parallel_size=args.tensor_parallel_size, model_args=args.model_args,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
-        knowledge=not args.no_knowledge, agree=not args.no_agree,
+        knowledge=not args.no_knowledge, agree=not args.no_agree, attention=args.attention,
     )
     try:
         failed = run_sweep(cfg)
@@ -240,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply_chat_template", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap prompts in the model's chat template (default: on for the default model only)")
     p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)
+    p.add_argument("--attention", action="store_true", help=ATTENTION_HELP)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="score every checkpoint of a fine-tuning run (full or LoRA)")
@@ -277,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)
     p.add_argument("--no_agree", action="store_true",
                    help="do not run each knowledge-conflict task's agreeing twin (<dataset>_agree, where installed)")
+    p.add_argument("--attention", action="store_true", help=ATTENTION_HELP + " (hf backend)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="merge sweep outputs (e.g. shards), redraw the plot, rewrite summary.csv")

@@ -43,12 +43,14 @@ def run_lm_eval(
     task_manager=None,
     device: str | None = None,
     knowledge: Probe | None = None,
+    attention: bool = False,
 ) -> dict:
     """``lm_eval.simple_evaluate`` with a task manager that indexes built-ins only when needed.
 
     ``knowledge``: run its extra closed-book tasks in the same pass (same items, same ``limit``)
     and merge the conditioned metrics into its knowledge-conflict tasks (``known.add_knowledge``);
     the extra tasks are then dropped from the results, and the samples too unless ``log_samples``.
+    ``attention``: also measure ``context_attention`` (``cf_tasks.attention``) with the same model.
     """
     import lm_eval
 
@@ -57,6 +59,15 @@ def run_lm_eval(
 
     if task_manager is None:
         task_manager = make_task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
+    name = model
+    if attention and isinstance(model, str):
+        # Built here as simple_evaluate builds it, so that the probe can use the same model.
+        from lm_eval.api.registry import get_model
+
+        extra = {"batch_size": batch_size, "max_batch_size": None, "device": device}
+        maker = get_model(model)
+        model = (maker.create_from_arg_obj(model_args, extra) if isinstance(model_args, dict)
+                 else maker.create_from_arg_string(model_args or "", extra))
     results = lm_eval.simple_evaluate(
         model=model,
         model_args=model_args,
@@ -66,14 +77,21 @@ def run_lm_eval(
         device=device,
         task_manager=task_manager,
         apply_chat_template=apply_chat_template,
-        log_samples=log_samples or knowledge is not None,
+        log_samples=log_samples or knowledge is not None or attention,
         metadata=metadata,
     )
-    if knowledge is not None and results is not None:
-        add_knowledge(results, knowledge)
-        for key in RESULT_KEYS_BY_TASK:
-            for name in knowledge.extra:
-                results.get(key, {}).pop(name, None)
+    if results is not None:
+        if attention:
+            from .attention import add_context_attention
+
+            add_context_attention(model, results)
+            if isinstance(name, str):
+                results["config"]["model"] = name  # as simple_evaluate records a model it built itself
+        if knowledge is not None:
+            add_knowledge(results, knowledge)
+            for key in RESULT_KEYS_BY_TASK:
+                for probe_task in knowledge.extra:
+                    results.get(key, {}).pop(probe_task, None)
         if not log_samples:
             results.pop("samples", None)
     return results

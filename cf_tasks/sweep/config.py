@@ -37,3 +37,4 @@ class SweepConfig:
     alpha: float = 0.05  # significance level of the summary's paired tests (stats.py)
     knowledge: bool = True  # the knowledge probe on the knowledge-conflict tasks (cf_tasks/known.py)
     agree: bool = True  # each knowledge-conflict task's agreeing twin beside it, where installed
+    attention: bool = False  # also measure context_attention (cf_tasks.attention; hf backend only)

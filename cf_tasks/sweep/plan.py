@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..attention import UNAVAILABLE as ATTENTION_UNAVAILABLE
+from ..attention import setting as attention_setting
 from ..checkpoints import Checkpoint, check_weights, discover, settled, step_of
 from ..known import agree_twin, probe_for
 from . import store, upstream
@@ -63,6 +65,8 @@ def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
     if not cfg.tasks:
         raise SweepError("--tasks is empty; pass comma-separated task names, e.g. --tasks cf_suite")
     check_alpha(cfg.alpha)
+    if cfg.attention and cfg.backend != "hf":
+        raise SweepError(ATTENTION_UNAVAILABLE.format(where=f"--backend {cfg.backend}", fix="--backend hf"))
     if cfg.limit is not None and not cfg.limit > 0:
         raise SweepError(f"--limit {cfg.limit:g}: must be a positive number of items per task (a value below 1 is a "
                          "fraction of each task)")
@@ -162,6 +166,8 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
         probe = probe_for(tasks) if cfg.knowledge else None
         if probe is not None:  # only where the probe runs: a result without it keeps the hash it always had
             settings[name]["knowledge"] = probe.pairs
+        if cfg.attention and attention_setting(tasks):  # only where it adds a metric: other results stay shared
+            settings[name]["attention"] = attention_setting(tasks)
     if cfg.agree:
         members = {t for s in settings.values() for t in s["num_fewshot"]}
         twins = sorted({agree_twin(t, known) for t in members} - {None} - set(settings) - members)
@@ -301,7 +307,7 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
                             if cfg.knowledge else None
                         results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
                                               apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
-                                              knowledge=probe)
+                                              knowledge=probe, attention=cfg.attention)
                         seconds = time.perf_counter() - start
                     except KeyboardInterrupt:
                         raise

@@ -358,7 +358,7 @@ def views_lock(out: Path, wait: float = VIEWS_LOCK_TIMEOUT) -> Iterator[None]:
 
 # ---------------------------------------------------------------- one result per requested task
 RESULT_KEYS_BY_TASK = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
-                       "n-samples", "samples")
+                       "n-samples", "samples", "attention")
 
 
 def _members(results: dict, name: str) -> set[str]:
