@@ -241,8 +241,9 @@ def merge_store(src: Path, target: Path) -> int:
                 shutil.rmtree(tmp, ignore_errors=True)
                 if not (dest / "record.json").is_file():
                     raise
-    with_results = {p["place"] for r in [read_store(target)] for p in r[1]
-                    if any(rec["id"] == p["id"] for rec in r[0])}
+    records, places = read_store(target)
+    scored = {record["id"] for record in records}
+    with_results = {place["place"] for place in places if place["id"] in scored}
     for failure in read_failures(src):
         dest = failure_path(target, failure["place"])
         if failure["place"] not in with_results and not dest.exists():
