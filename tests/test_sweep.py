@@ -149,6 +149,8 @@ def test_lora_group_generates_adapters_together_with_the_answers_of_separate_run
     # Both adapters were generated in the first adapter's batches (4 items / batch 2 = 2 batches);
     # the second adapter's lm-eval run got its answers back for those same 2 batches.
     assert made_backends[0].lm.stats == {"group_batches": 2, "reused_batches": 2}
+    # Both batches were listed first and decoded together for both adapters (decode.py).
+    assert made_backends[0].lm.decode_stats["merged_batches"] == 2
     grouped = {}
     for step in (10, 20):
         lines = (out / "checkpoints" / f"step_{step}" / "samples_cf_capitals.jsonl").read_text().splitlines()
@@ -158,6 +160,31 @@ def test_lora_group_generates_adapters_together_with_the_answers_of_separate_run
                             batch_size=2, log_samples=True)
         assert grouped[step] == _responses(fresh["samples"]["cf_capitals"]), step
     assert grouped[10] != grouped[20]  # the adapters answer differently, so a mix-up would show
+
+
+def test_a_group_of_three_is_generated_once_with_the_answers_of_separate_runs(run_dir, tmp_path, made_backends):
+    # The first adapter's run lists lm-eval's batches and decodes them together for all three;
+    # the later adapters' runs only read their rows back (nothing is generated twice).
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in (10, 20):
+        shutil.copytree(run_dir["lora"] / f"step_{step}", run / f"step_{step}")
+    build_lora_adapter(run_dir["base"], run / "step_30", seed=31)
+    out = tmp_path / "out"
+    cfg = SweepConfig(run_dir=run, tasks=["cf_capitals"], output_path=out, backend="hf", limit=6, batch_size=2,
+                      device="cpu", knowledge=False, agree=False)
+    assert run_sweep(cfg, log=lambda *a, **k: None) == 0
+    lm = made_backends[0].lm
+    assert lm.stats == {"group_batches": 3, "reused_batches": 6}  # 6 items / batch 2, for 3 adapters
+    assert lm.decode_stats["merged_batches"] == 3
+    answers = {}
+    for step in (10, 20, 30):
+        lines = (out / "checkpoints" / f"step_{step}" / "samples_cf_capitals.jsonl").read_text().splitlines()
+        answers[step] = _responses(json.loads(line) for line in lines)
+    fresh = run_lm_eval("hf", ["cf_capitals"], model_args=f"pretrained={run_dir['base']},peft={run / 'step_30'},"
+                        "dtype=float32,device=cpu", limit=6, batch_size=2, log_samples=True)
+    assert answers[30] == _responses(fresh["samples"]["cf_capitals"])
+    assert len({json.dumps(a, sort_keys=True) for a in answers.values()}) == 3  # a mix-up would show
 
 
 def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, made_backends, capsys):

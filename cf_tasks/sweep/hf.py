@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..checkpoints import Checkpoint
-from .groups import _AdapterGroups, _generation_key, _GroupedGeneration
+from .decode import can_merge, can_segment, generate_batches, generate_dropping_finished
+from .groups import _AdapterGroups, _free_memory, _generation_key, _GroupedGeneration
 from .model_args import sweep_model_args
 
 if TYPE_CHECKING:
     from .config import SweepConfig
+
+# The most rows (prompts x adapters) that several batches of a LoRA group decode together.
+AHEAD_ROWS = 128
 
 
 @functools.cache
@@ -34,24 +39,108 @@ def _sweep_hflm_class():
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._init_groups()
+            self.drop_finished = True  # grouped batches drop rows whose answer is fixed (decode.py)
+            self.ahead_rows = AHEAD_ROWS
+            self.decode_stats: dict = {}
+            self._recorded: list | None = None  # lm-eval's batches, while they are being listed
+            self._ahead: dict = {}  # the active adapter's rows generated ahead, by batch key
+            self._ahead_failed = False
+
+        def _fast_path(self) -> bool:
+            """Whether the answers of one call can be had by dropping fixed rows (decode.py)."""
+            return (self.drop_finished and getattr(self, "think_end_token", None) is None
+                    and getattr(self, "mixed_precision_dtype", None) is None)
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            """With other adapters of the group waiting: first list the batches lm-eval will ask
+            for (a pass that generates nothing), generate several of them at once for every
+            adapter of the group (``generate_batches``), then let lm-eval's own pass read them."""
+            names = [self.active, *[n for n in self.waiting if n != self.active]]
+            if (self.active is None or len(names) == 1 or self.group_failed or self._ahead_failed
+                    or not self._fast_path() or not can_merge(self.model)):
+                return HFLM.generate_until(self, requests, disable_tqdm)
+            self._recorded, self._ahead = [], {}
+            try:
+                HFLM.generate_until(self, requests, disable_tqdm=True)
+                recorded, self._recorded = self._recorded, None
+                self._generate_ahead(recorded, names)
+            except Exception as err:  # e.g. out of memory with several batches at once
+                reason = " ".join(str(err).split())[:200] or type(err).__name__
+                print(f"cf-tasks: generating several batches of the LoRA group at once failed ({type(err).__name__}: "
+                      f"{reason}); generating one batch at a time", file=sys.stderr)
+                self._ahead_failed = True
+                _free_memory()
+            finally:
+                self._recorded = None
+            try:
+                return HFLM.generate_until(self, requests, disable_tqdm)
+            finally:
+                self._ahead = {}  # rows of this call only
+
+        def _generate_ahead(self, recorded: list, names: list[str]) -> None:
+            runs: list[list[dict]] = []
+            for context, max_length, stop, kwargs in recorded:
+                key = _generation_key(context, max_length, stop, kwargs)
+                settings = dict(kwargs)
+                mask = settings.pop("attention_mask", None)
+                if settings.get("temperature") == 0.0 and not settings.get("do_sample"):
+                    settings.pop("temperature")  # greedy, as lm-eval's own call passes it
+                if (self.active, key) in self.gen_cache:
+                    continue  # generated earlier, with an adapter scored before this one
+                if key in self._ahead or not can_segment(self.model, settings):
+                    continue  # left to the batch-by-batch path
+                spec = {"context": context, "attention_mask": mask, "max_length": max_length, "stop": list(stop),
+                        "kwargs": settings, "key": key}
+                same = (tuple(stop), repr(sorted(settings.items())), max_length - context.shape[1])
+                last = runs[-1] if runs else None
+                rows = sum(s["context"].shape[0] for s in last or []) * len(names)
+                if last and last[0]["same"] == same and rows + context.shape[0] * len(names) <= self.ahead_rows:
+                    last.append({**spec, "same": same})
+                else:
+                    runs.append([{**spec, "same": same}])
+            for run in runs:
+                outputs = generate_batches(self.model, run, names, self.tok_decode, self.tokenizer.pad_token_id,
+                                           stats=self.decode_stats)
+                for spec, outs in zip(run, outputs):
+                    self._ahead[spec["key"]] = outs[0]
+                    for name, out in zip(names[1:], outs[1:]):
+                        self.gen_cache[(name, spec["key"])] = out
+                    self.stats["group_batches"] = self.stats.get("group_batches", 0) + 1
 
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
+            if self._recorded is not None:  # listing lm-eval's batches: nothing is generated
+                self._recorded.append((context, max_length, list(stop), dict(generation_kwargs)))
+                return context
+
             def alone():
                 return HFLM._model_generate(self, context, max_length, stop, **generation_kwargs)
 
             if self.active is None or generation_kwargs.get("do_sample"):
                 return alone()  # sampled rows would draw from each other's random streams
+            key = _generation_key(context, max_length, stop, generation_kwargs)
+            if key in self._ahead:
+                return self._ahead.pop(key)
 
             def together(names):
                 grouped = dict(generation_kwargs)
                 if grouped.get("attention_mask") is not None:
                     grouped["attention_mask"] = grouped["attention_mask"].repeat(len(names), 1)
                 rows = context.shape[0]
-                out = HFLM._model_generate(self, context.repeat(len(names), 1), max_length, stop,
-                                           adapter_names=[n for n in names for _ in range(rows)], **grouped)
+                adapters = [n for n in names for _ in range(rows)]
+                if self._fast_path() and can_segment(self.model, grouped):
+                    # Rows whose answer is fixed leave the batch (see decode.py): the longest
+                    # of N x batch answers no longer sets the length of all of them.
+                    if grouped.get("temperature") == 0.0:
+                        grouped.pop("temperature")  # greedy, as lm-eval's own call passes it
+                    out = generate_dropping_finished(self.model, context.repeat(len(names), 1), max_length, stop,
+                                                     self.tok_decode, self.tokenizer.pad_token_id,
+                                                     adapter_names=adapters, stats=self.decode_stats, **grouped)
+                else:
+                    out = HFLM._model_generate(self, context.repeat(len(names), 1), max_length, stop,
+                                               adapter_names=adapters, **grouped)
                 return [chunk.clone() for chunk in out.split(rows)]
 
-            return self._serve(_generation_key(context, max_length, stop, generation_kwargs), alone, together)
+            return self._serve(key, alone, together)
 
     return SweepHFLM
 
