@@ -187,6 +187,32 @@ def test_a_group_of_three_is_generated_once_with_the_answers_of_separate_runs(ru
     assert len({json.dumps(a, sort_keys=True) for a in answers.values()}) == 3  # a mix-up would show
 
 
+def test_a_failed_decode_of_several_batches_falls_back_to_one_batch_at_a_time(run_dir, tmp_path, made_backends,
+                                                                             monkeypatch, capsys):
+    from unittest import mock
+
+    import cf_tasks.sweep.hf as hf_backend
+
+    def sweep(out):
+        cfg = SweepConfig(run_dir=run_dir["lora"], tasks=["cf_capitals"], output_path=out, backend="hf", limit=4,
+                          batch_size=2, device="cpu", knowledge=False, agree=False)
+        assert run_sweep(cfg, log=lambda *a, **k: None) == 0
+        return {step: _responses(json.loads(line) for line in (out / "checkpoints" / f"step_{step}" /
+                                                              "samples_cf_capitals.jsonl").read_text().splitlines())
+                for step in (10, 20)}
+
+    expected = sweep(tmp_path / "ok")
+    failing = mock.create_autospec(hf_backend.generate_batches, side_effect=RuntimeError("out of memory"))
+    monkeypatch.setattr(hf_backend, "generate_batches", failing)
+    assert sweep(tmp_path / "fallback") == expected
+    assert failing.call_count == 1  # tried once, then never again in this model's life
+    err = capsys.readouterr().err
+    assert "generating several batches of the LoRA group at once failed (RuntimeError: out of memory)" in err
+    # The batches were still generated for both adapters together, one batch at a time.
+    assert made_backends[-1].lm.stats == {"group_batches": 2, "reused_batches": 2}
+    assert "merged_batches" not in made_backends[-1].lm.decode_stats
+
+
 def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, made_backends, capsys):
     run = tmp_path / "run"
     run.mkdir()

@@ -48,7 +48,8 @@ def _sweep_hflm_class():
 
         def _fast_path(self) -> bool:
             """Whether the answers of one call can be had by dropping fixed rows (decode.py)."""
-            return (self.drop_finished and getattr(self, "think_end_token", None) is None
+            return (self.drop_finished and getattr(self, "backend", None) == "causal"
+                    and getattr(self, "think_end_token", None) is None
                     and getattr(self, "mixed_precision_dtype", None) is None)
 
         def generate_until(self, requests, disable_tqdm: bool = False):
@@ -59,9 +60,16 @@ def _sweep_hflm_class():
             if (self.active is None or len(names) == 1 or self.group_failed or self._ahead_failed
                     or not self._fast_path() or not can_merge(self.model)):
                 return HFLM.generate_until(self, requests, disable_tqdm)
+            from lm_eval.api.model import CacheHook
+
             self._recorded, self._ahead = [], {}
+            hook = self.cache_hook
             try:
-                HFLM.generate_until(self, requests, disable_tqdm=True)
+                self.set_cache_hook(CacheHook(None))  # the listing pass's empty answers are cached nowhere
+                try:
+                    HFLM.generate_until(self, requests, disable_tqdm=True)
+                finally:
+                    self.set_cache_hook(hook)
                 recorded, self._recorded = self._recorded, None
                 self._generate_ahead(recorded, names)
             except Exception as err:  # e.g. out of memory with several batches at once
