@@ -7,6 +7,10 @@ with transformers' public ``generate`` in segments that share one KV cache: a se
 few rows are fixed, those rows leave the batch (``Cache.batch_select_indices``), and the rest go on
 from the cache, as in transformers' "continue generation from a cache" pattern.
 
+``generate_batches`` goes one step further for a LoRA group: several lm-eval batches, each
+prefilled per adapter on its own, are decoded together from left-padded caches, so that one
+decoding step (bound by reading the weights) serves all of them.
+
 A row is fixed when what lm-eval makes of it cannot change any more: it produced an end-of-sequence
 id (``generate`` pads it from there, as in one call), or its text, decoded as lm-eval decodes it,
 holds one of the stop sequences (lm-eval cuts the text there). Each kept row goes on with the same
@@ -203,16 +207,16 @@ def generate_batches(model, batches: list[dict], names: list[str], decode: Calla
                                  **{cache_arg: cache}, **spec["kwargs"])
             parts.append((b, name, context, mask, out[:, -1:], cache))
     longest = max(p[2].shape[1] for p in parts)
-    ids, masks, layers, adapters = [], [], None, []
+    ids, masks, kvs, adapters = [], [], [], []
     for b, name, context, mask, first, cache in parts:
         pad = longest - context.shape[1]
         ids.append(torch.cat([F.pad(context, (pad, 0), value=pad_token_id), first], dim=1))
         masks.append(torch.cat([F.pad(mask, (pad, 0), value=0), torch.ones_like(first, dtype=mask.dtype)], dim=1))
-        kv = [(F.pad(layer.keys, (0, 0, pad, 0)), F.pad(layer.values, (0, 0, pad, 0))) for layer in cache.layers]
-        layers = [[(k,), (v,)] for k, v in kv] if layers is None else \
-            [[ks + (k,), vs + (v,)] for (ks, vs), (k, v) in zip(layers, kv)]
+        kvs.append([(F.pad(layer.keys, (0, 0, pad, 0)), F.pad(layer.values, (0, 0, pad, 0))) for layer in cache.layers])
         adapters += [name] * context.shape[0]
-    merged = DynamicCache(ddp_cache_data=[(torch.cat(ks), torch.cat(vs)) for ks, vs in layers], config=model.config)
+    # Per layer, the parts' keys and values one above the other, in the order of ``ids``.
+    merged = DynamicCache(ddp_cache_data=[(torch.cat([k for k, _ in layer]), torch.cat([v for _, v in layer]))
+                                          for layer in zip(*kvs)], config=model.config)
     spec = batches[0]
     out = generate_dropping_finished(model, torch.cat(ids), longest + budget, spec["stop"], decode, pad_token_id,
                                      adapter_names=adapters, stats=stats, cache=merged, start=longest,

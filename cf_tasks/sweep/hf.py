@@ -39,8 +39,6 @@ def _sweep_hflm_class():
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._init_groups()
-            self.drop_finished = True  # grouped batches drop rows whose answer is fixed (decode.py)
-            self.ahead_rows = AHEAD_ROWS
             self.decode_stats: dict = {}
             self._recorded: list | None = None  # lm-eval's batches, while they are being listed
             self._ahead: dict = {}  # the active adapter's rows generated ahead, by batch key
@@ -48,9 +46,16 @@ def _sweep_hflm_class():
 
         def _fast_path(self) -> bool:
             """Whether the answers of one call can be had by dropping fixed rows (decode.py)."""
-            return (self.drop_finished and getattr(self, "backend", None) == "causal"
-                    and getattr(self, "think_end_token", None) is None
+            return (getattr(self, "backend", None) == "causal" and getattr(self, "think_end_token", None) is None
                     and getattr(self, "mixed_precision_dtype", None) is None)
+
+        def _greedy_settings(self, generation_kwargs: dict) -> dict | None:
+            """``generation_kwargs`` as decode.py takes them (a zero temperature dropped, as lm-eval's
+            own call drops it), or None where only lm-eval's single call gives its answers."""
+            settings = dict(generation_kwargs)
+            if settings.get("temperature") == 0.0 and not settings.get("do_sample"):
+                settings.pop("temperature")
+            return settings if self._fast_path() and can_segment(self.model, settings) else None
 
         def generate_until(self, requests, disable_tqdm: bool = False):
             """With other adapters of the group waiting: first list the batches lm-eval will ask
@@ -86,27 +91,23 @@ def _sweep_hflm_class():
                 self._ahead = {}  # rows of this call only
 
         def _generate_ahead(self, recorded: list, names: list[str]) -> None:
-            runs: list[list[dict]] = []
+            runs: list[tuple[tuple, list[dict]]] = []  # (what the batches share, the batches)
             for context, max_length, stop, kwargs in recorded:
                 key = _generation_key(context, max_length, stop, kwargs)
-                settings = dict(kwargs)
-                mask = settings.pop("attention_mask", None)
-                if settings.get("temperature") == 0.0 and not settings.get("do_sample"):
-                    settings.pop("temperature")  # greedy, as lm-eval's own call passes it
                 if (self.active, key) in self.gen_cache:
                     continue  # generated earlier, with an adapter scored before this one
-                if key in self._ahead or not can_segment(self.model, settings):
+                settings = self._greedy_settings(kwargs)
+                if key in self._ahead or settings is None:
                     continue  # left to the batch-by-batch path
-                spec = {"context": context, "attention_mask": mask, "max_length": max_length, "stop": list(stop),
-                        "kwargs": settings, "key": key}
+                spec = {"context": context, "attention_mask": settings.pop("attention_mask", None),
+                        "max_length": max_length, "stop": list(stop), "kwargs": settings, "key": key}
                 same = (tuple(stop), repr(sorted(settings.items())), max_length - context.shape[1])
-                last = runs[-1] if runs else None
-                rows = sum(s["context"].shape[0] for s in last or []) * len(names)
-                if last and last[0]["same"] == same and rows + context.shape[0] * len(names) <= self.ahead_rows:
-                    last.append({**spec, "same": same})
+                rows = sum(s["context"].shape[0] for s in runs[-1][1]) * len(names) if runs else 0
+                if runs and runs[-1][0] == same and rows + context.shape[0] * len(names) <= AHEAD_ROWS:
+                    runs[-1][1].append(spec)
                 else:
-                    runs.append([{**spec, "same": same}])
-            for run in runs:
+                    runs.append((same, [spec]))
+            for _, run in runs:
                 outputs = generate_batches(self.model, run, names, self.tok_decode, self.tokenizer.pad_token_id,
                                            stats=self.decode_stats)
                 for spec, outs in zip(run, outputs):
@@ -135,14 +136,13 @@ def _sweep_hflm_class():
                     grouped["attention_mask"] = grouped["attention_mask"].repeat(len(names), 1)
                 rows = context.shape[0]
                 adapters = [n for n in names for _ in range(rows)]
-                if self._fast_path() and can_segment(self.model, grouped):
+                settings = self._greedy_settings(grouped)
+                if settings is not None:
                     # Rows whose answer is fixed leave the batch (see decode.py): the longest
                     # of N x batch answers no longer sets the length of all of them.
-                    if grouped.get("temperature") == 0.0:
-                        grouped.pop("temperature")  # greedy, as lm-eval's own call passes it
                     out = generate_dropping_finished(self.model, context.repeat(len(names), 1), max_length, stop,
                                                      self.tok_decode, self.tokenizer.pad_token_id,
-                                                     adapter_names=adapters, stats=self.decode_stats, **grouped)
+                                                     adapter_names=adapters, stats=self.decode_stats, **settings)
                 else:
                     out = HFLM._model_generate(self, context.repeat(len(names), 1), max_length, stop,
                                                adapter_names=adapters, **grouped)
