@@ -21,11 +21,11 @@ import contextlib
 import math
 from typing import Any
 
+from .registry import KC_TASKS
+from .results import group_members
+
 ATTENTION_VERSION = 1  # bump when the probe's definition changes: it is part of the sweep's settings
 METRIC = "context_attention"
-KC_DATASETS = ("cf_bio", "cf_world_facts", "cf_capitals", "cf_quotes", "cf_world_facts_former", "cf_capitals_former")
-KC_PROMPTS = ("", "_alpaca", "_tulu", "_adhere")
-KC_TASKS = frozenset(d + p for d in KC_DATASETS for p in KC_PROMPTS)
 HF_MODELS = ("hf", "hf-auto", "huggingface")  # lm-eval's names of its transformers model (HFLM)
 UNAVAILABLE = ("--attention is unavailable with {where}: it needs the attention weights of a transformers model; "
                "use {fix}")
@@ -173,20 +173,24 @@ def add_context_attention(lm, results: dict) -> dict:
     if getattr(lm, "backend", "causal") != "causal":
         raise AttentionError("--attention needs a decoder-only (causal) model; this one is "
                              f"{getattr(lm, 'backend', '?')}")
+    from tqdm import tqdm
+
     per_task: dict[str, list[float]] = {}
     todo = {t: s for t, s in (results.get("samples") or {}).items() if measured(t)}
-    with eager_attention(lm.model) if todo else contextlib.nullcontext() as model:
+    items = sum(len({s.get("doc_id") for s in samples}) for samples in todo.values())
+    with eager_attention(lm.model) if todo else contextlib.nullcontext() as model, \
+            tqdm(total=items, desc="attention on the context", unit="item", disable=not items) as bar:
         for task, samples in todo.items():
-            per_task[task] = _measure_task(lm, model, task, samples, results)
+            per_task[task] = _measure_task(lm, model, task, samples, results, bar)
     for group in results.get("group_subtasks") or {}:
-        values = [v for t in _members(results, group) for v in per_task.get(t, [])]
+        values = [v for t in group_members(results, group) for v in per_task.get(t, [])]
         if values and group in results.get("results", {}):
             results["results"][group].update(
                 {f"{METRIC},none": _mean(values), f"{METRIC}_stderr,none": _stderr(values) or "N/A"})
     return results
 
 
-def _measure_task(lm, model, task: str, samples: list[dict], results: dict) -> list[float]:
+def _measure_task(lm, model, task: str, samples: list[dict], results: dict, bar=None) -> list[float]:
     """One task's items: values into its samples, its metric and per layer means into ``results``;
     returns the item values."""
     done: dict[Any, list[float] | None] = {}
@@ -195,6 +199,8 @@ def _measure_task(lm, model, task: str, samples: list[dict], results: dict) -> l
         if key not in done:
             found = _prompt_of(sample)
             done[key] = item_attention(lm, model, found[0], sample["doc"]["context"], found[1]) if found else None
+            if bar is not None:
+                bar.update(1)
         layers = done[key]
         if layers is not None:
             sample[METRIC] = _mean(layers)
@@ -209,13 +215,3 @@ def _measure_task(lm, model, task: str, samples: list[dict], results: dict) -> l
         "metric": METRIC, "version": ATTENTION_VERSION, "n": len(items), "skipped": len(done) - len(items),
         "layers": len(items[0]), "per_layer": [_mean([v[i] for v in items]) for i in range(len(items[0]))]}
     return values
-
-
-def _members(results: dict, group: str) -> set[str]:
-    found, todo = set(), list(results.get("group_subtasks", {}).get(group, []))
-    while todo:
-        t = todo.pop()
-        if t not in found:
-            found.add(t)
-            todo += results.get("group_subtasks", {}).get(t, [])
-    return found

@@ -12,10 +12,13 @@ it was."""
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
 from pathlib import Path
+
+from .errors import UsageError
 
 TMP_MARK = ".cftmp"  # every temp name ends ``.<host>.<pid>.<random>.cftmp``
 HOST = socket.gethostname()
@@ -55,6 +58,84 @@ def atomic_write(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise _named(err, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _named(err: OSError, path: Path) -> OSError:
+    """``err`` with the path it was about (a failed write on an open file carries none)."""
+    if err.filename is None:
+        err.filename = str(path)
+    return err
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # no space left, disk quota exceeded
+READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def write_failure(err: OSError) -> str | None:
+    """One line for a write that failed for lack of space or of permission: the folder it was in and
+    the fix; None for any other error."""
+    if err.errno not in FULL + READ_ONLY:
+        return None
+    name = (err.filename2 or err.filename) if err.errno in FULL else err.filename
+    folder = Path(str(name)) if name else None
+    if folder is not None and not folder.is_dir():
+        folder = folder.parent
+    while folder is not None and tmp_owner(folder.name) and folder != folder.parent:
+        folder = folder.parent  # a temp folder of the write is gone: name the folder it was in
+    where = f"{folder}: " if folder is not None else ""
+    if err.errno in FULL:
+        return (f"{where}cannot write there ({err.strerror or 'no space left'}); free space on that disk (or pass "
+                "another output folder) and run again: finished results are kept")
+    return (f"{where}cannot write there ({err.strerror or 'not writable'}); make that folder writable (or pass "
+            "another output folder) and run again: finished results are kept")
+
+
+class atomic_open:
+    """``with atomic_open(path) as fh: fh.write(...)``: the streaming form of ``atomic_write``, for
+    outputs too large to hold in memory. The lines go to a temp file of this process; a clean exit
+    flushes it to disk and renames it over ``path``; an exception removes it and leaves ``path`` as it was."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(tmp_name(self.path.name))
+
+    def __enter__(self):
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        self.fh = os.fdopen(fd, "wb")
+        return self.fh
+
+    def __exit__(self, kind, value, tb) -> None:
+        try:
+            if kind is None:
+                self.fh.flush()
+                os.fsync(self.fh.fileno())
+            self.fh.close()
+            if kind is None:
+                os.replace(self.tmp, self.path)
+        except OSError as err:
+            raise _named(err, self.path) from None
+        finally:
+            self.tmp.unlink(missing_ok=True)
+        if isinstance(value, OSError):
+            _named(value, self.path)
+
+
+def writable_dir(path: str, flag: str = "--output_path") -> Path:
+    """The output folder ``path``, created if needed and checked writable; a ``UsageError`` naming
+    ``flag`` when it cannot be written."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".cf-tasks-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise UsageError(f"cannot write to output folder {out}: {reason}; choose a writable {flag}") from None
+    return out

@@ -1,4 +1,5 @@
-"""lm-eval hooks for the IC-recall tasks (``task_yamls/ic_recall/``; seeds/002).
+"""lm-eval hooks for the IC-recall tasks (``task_yamls/ic_recall/``; "Fine-Tuning Dynamics of
+In-Context Factual Recall in Transformers").
 
 Metric names, the same strings in YAML, the results JSON and every table:
 
@@ -45,7 +46,7 @@ def split_cot(generation: str) -> tuple[str, str]:
 
 def _k_docs(k: int):
     def process_docs(dataset):
-        from dataset_builders.ic_recall import pair_count
+        from dataset_builders.relations import pair_count
 
         return dataset.select([i for i, context in enumerate(dataset["context"]) if pair_count(context) == k])
 
@@ -67,7 +68,7 @@ def process_results(doc: dict, results: list[str]) -> dict[str, float]:
 
 def process_results_cot(doc: dict, results: list[str]) -> dict[str, float]:
     """``ic_recall_cot``: the two decoding steps of the paper, scored separately."""
-    from dataset_builders.ic_recall import names_relation
+    from dataset_builders.relations import names_relation
 
     relation, answer = split_cot(results[0])
     return {

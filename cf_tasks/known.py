@@ -1,4 +1,4 @@
-"""The knowledge probe: which items a model knows, and the metrics conditioned on it (issue 15).
+"""The knowledge probe: which items a model knows, and the metrics conditioned on it.
 
 A counterfactual context is a conflict only where the model knows the fact it contradicts. An item
 is *known* when the model's closed-book answer (the ``<dataset>_closedbook`` prompt, the question
@@ -25,9 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-KC_DATASETS = ("cf_bio", "cf_world_facts", "cf_capitals", "cf_quotes", "cf_world_facts_former", "cf_capitals_former")
-KC_VARIANTS = ("", "_alpaca", "_tulu", "_adhere")  # the generation prompts; not _closedbook, not _mc
-KC_TASKS = {f"{dataset}{variant}": dataset for dataset in KC_DATASETS for variant in KC_VARIANTS}
+from .registry import KC_DATASETS, KC_TASKS, KC_VARIANTS, twin_name
+
+__all__ = ["AGREE_METRIC", "KC_DATASETS", "KC_TASKS", "KC_VARIANTS", "KNOWN_METRICS", "Probe", "add_knowledge",
+           "agree_twin", "closedbook_of", "conditioned", "dataset_of", "probe_for"]
+
 # metric -> higher_is_better (as the task's own counterfactual_acc / parametric_acc)
 KNOWN_METRICS = {"known_rate": True, "known_counterfactual_acc": True, "known_parametric_acc": False,
                  "unknown_counterfactual_acc": True}
@@ -52,7 +54,7 @@ def agree_twin(task: str, available: Iterable[str]) -> str | None:
     if dataset is None:
         return None
     names = set(available)
-    return next((t for t in (f"{task}_agree", f"{dataset}_agree") if t in names), None)
+    return next((t for t in (twin_name(task), twin_name(dataset)) if t in names), None)
 
 
 def conditioned(counterfactual: float, parametric: float, known: bool) -> dict[str, float]:

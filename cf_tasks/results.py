@@ -2,7 +2,10 @@
 
 The tidy table has one row per task x metric (``task, metric, value, stderr, n, version``), which
 pandas reads without help; metric names are the YAML names with lm-eval's ",none" filter suffix
-removed.
+removed. ``n`` is the number of items the value was computed on: the task's item count for a mean
+over every item, fewer for a metric some items do not report (``known_counterfactual_acc`` counts
+the known items only, ``context_preference`` the items that give exactly one answer), counted from
+the samples into ``results["n-items"]`` where they were logged.
 """
 
 from __future__ import annotations
@@ -16,6 +19,22 @@ from pathlib import Path
 from .files import atomic_write
 
 TIDY_COLUMNS = ("task", "metric", "value", "stderr", "n", "version")
+# The keys of an lm-eval results dict that hold one entry per task or group (what belongs to one
+# requested task is its members' entries under each of them).
+RESULT_KEYS_BY_TASK = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
+                       "n-samples", "n-items", "samples", "attention")
+
+
+def group_members(results: dict, name: str) -> set[str]:
+    """Task or group ``name`` and every task and group under it, from ``results["group_subtasks"]``."""
+    found, todo = set(), [name]
+    subtasks = results.get("group_subtasks", {})
+    while todo:
+        t = todo.pop()
+        if t not in found:
+            found.add(t)
+            todo += subtasks.get(t, [])
+    return found
 
 
 def _number(value) -> float | None:
@@ -26,9 +45,39 @@ def _number(value) -> float | None:
     return None if math.isnan(x) else x
 
 
+PREFERENCE_LABELS = ("context", "parametric")  # the items context_preference is computed on
+
+
+def metric_counts(samples: list[dict]) -> dict[str, int]:
+    """Per metric, the items of ``samples`` (one task's, as lm-eval logs them) that report a value:
+    a number that is not NaN; for ``context_preference``, a label it counts (context or parametric
+    alone)."""
+    counts: dict[str, int] = {}
+    for sample in samples:
+        for metric in sample.get("metrics") or ():
+            value = sample.get(metric)
+            if metric == "context_preference":
+                counted = value in PREFERENCE_LABELS
+            else:
+                counted = isinstance(value, (int, float)) and not math.isnan(value)
+            counts[metric] = counts.get(metric, 0) + int(counted)
+    return counts
+
+
+def add_item_counts(results: dict) -> dict:
+    """``results["n-items"][task][metric]``: the items each metric of each task was computed on,
+    from the logged samples (tasks without samples are left out)."""
+    counts = {task: metric_counts(samples) for task, samples in (results.get("samples") or {}).items() if samples}
+    if counts:
+        results.setdefault("n-items", {}).update(counts)
+    return results
+
+
 def tidy_rows(results: dict) -> list[dict]:
-    """One row per task x metric from an lm-eval results dict (tasks and groups alike)."""
+    """One row per task x metric from an lm-eval results dict (tasks and groups alike); ``n`` from
+    ``n-items`` where the metric has a count, else the task's effective item count."""
     rows = []
+    n_items = results.get("n-items", {})
     n_samples = results.get("n-samples", {})
     versions = results.get("versions", {})
     # lm-eval lists groups (with their aggregate metrics) under "results" too.
@@ -44,7 +93,7 @@ def tidy_rows(results: dict) -> list[dict]:
                     "metric": metric if filt == "none" else f"{metric},{filt}",
                     "value": _number(value),
                     "stderr": _number(stderr),
-                    "n": n_samples.get(task, {}).get("effective"),
+                    "n": n_items.get(task, {}).get(metric, n_samples.get(task, {}).get("effective")),
                     "version": versions.get(task),
                 }
             )

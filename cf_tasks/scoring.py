@@ -60,6 +60,10 @@ from rapidfuzz.distance import OSA, Indel
 
 from .text import ARTICLES, words
 
+# The version of the rules above: bump it with every change that can move a score. It is part of
+# every sweep result's settings (a bump makes the sweep rescore its stored samples) and is written
+# into results JSON, sweep.csv and the dataset card.
+SCORER_VERSION = 1
 FUZZY_MIN_SIMILARITY = 87.0  # percent, Indel ratio; "Einstien" ~ "Einstein" is 87.5
 FUZZY_MAX_EDITS = 1  # OSA edits; one more for forms of FUZZY_LONG_FORM letters or more
 FUZZY_LONG_FORM = 12

@@ -12,6 +12,8 @@ and the knowledge probe's ``known_rate``,
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import re
 from functools import lru_cache
@@ -32,18 +34,54 @@ QUOTE_RELATIONS = frozenset({"quote_ending"})
 PAIR_LINE = re.compile(r"\s*([^:\n]{1,80}):[ \t]*(.*)", re.DOTALL)
 
 
+METADATA_KEYS = {"seed": "the builder seed, a whole number, e.g. {\"seed\": 7}",
+                 "hub_repo": "a published copy, ORG/NAME or a local folder",
+                 "revision": "the commit or tag of hub_repo",
+                 "split": "one part of the subject split, \"heldout\" or \"train\""}
+TASK_OWN_KEYS = ("dataset", "version")  # each task's YAML sets them
+
+
+def check_metadata(metadata: dict | None, only_ours: bool) -> None:
+    """The ``--metadata`` a run passes to every task, checked before any model loads: the types of
+    the keys ``load`` reads, no key a task sets itself, and (``only_ours``: every task of the run is
+    one of ours) no key that no task reads. ``ValueError`` with one line naming the key and the fix."""
+    for key, value in (metadata or {}).items():
+        if key in TASK_OWN_KEYS:
+            raise ValueError(f"--metadata {key}: set by each task itself; remove it")
+        if key == "seed" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"--metadata seed {json.dumps(value)}: pass a whole number, e.g. {{\"seed\": 7}}")
+        if key in ("hub_repo", "revision") and not (isinstance(value, str) and value.strip()):
+            raise ValueError(f"--metadata {key} {json.dumps(value)}: pass text ({METADATA_KEYS[key]})")
+        if key == "split":
+            from dataset_builders.split import check_split
+
+            check_split(value)
+        if key not in METADATA_KEYS and only_ours:
+            close = difflib.get_close_matches(key, list(METADATA_KEYS), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ValueError(f"--metadata {key}: no task of this run reads it; {hint}the tasks read "
+                             f"{', '.join(METADATA_KEYS)}")
+
+
 def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, revision: str | None = None,
-         version: float | None = None, **_metadata: Any):
+         version: float | None = None, split: str | None = None, **_metadata: Any):
     """The ``test`` split of a dataset: built in-process (default) or read from a Hub copy.
 
     lm-eval passes the task's ``metadata`` (merged with ``--metadata``) as keyword arguments;
     keys other than these are ignored. The task's ``version`` must be its builder's ``VERSION``:
     the two move together, so lm-eval's ``versions`` name the dataset's version.
+
+    ``split`` keeps the items whose subject lies in one part of the subject split
+    (``dataset_builders.split``): ``"heldout"`` (the subjects a fine-tuning study never trains on),
+    ``"train"``, or None (every item). The build itself, and so its bytes, stays the same.
     """
     import datasets
 
     from dataset_builders import DEFAULT_SEED
     from dataset_builders import version as builder_version
+    from dataset_builders.split import check_split, in_part
+
+    split = check_split(split)
 
     if version is not None and float(version) != float(builder_version(dataset)):
         raise ValueError(
@@ -54,8 +92,12 @@ def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, rev
     if hub_repo:
         from .hub import load_published
 
-        return datasets.DatasetDict({"test": load_published(hub_repo, dataset, revision)})
-    return datasets.DatasetDict({"test": built_dataset(dataset, DEFAULT_SEED if seed is None else int(seed))})
+        ds = load_published(hub_repo, dataset, revision)
+    else:
+        ds = built_dataset(dataset, DEFAULT_SEED if seed is None else int(seed))
+    if split is not None:
+        ds = ds.select(in_part(dataset, list(ds["subject"]), split))
+    return datasets.DatasetDict({"test": ds})
 
 
 @lru_cache(maxsize=32)

@@ -23,11 +23,15 @@ _WORD_RE = re.compile(r"[a-z0-9]+")
 ARTICLES = frozenset({"the", "a", "an"})
 
 
+def unaccented(text: str) -> str:
+    """``text`` with accents stripped and special letters transliterated, its case kept."""
+    text = unicodedata.normalize("NFKD", text.translate(_TRANSLITERATION))
+    return "".join(ch for ch in text if not unicodedata.combining(ch))
+
+
 def fold(text: str) -> str:
     """Lower-case ASCII form of ``text``: accents stripped, special letters transliterated."""
-    text = unicodedata.normalize("NFKD", text.translate(_TRANSLITERATION))
-    text = "".join(ch for ch in text if not unicodedata.combining(ch))
-    return text.casefold()
+    return unaccented(text).casefold()
 
 
 def words(text: str) -> list[str]:

@@ -8,24 +8,20 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import (
-    cf_bio, cf_bio_agree, cf_capitals, cf_capitals_agree, cf_capitals_former, cf_capitals_former_agree, cf_quotes,
-    cf_quotes_agree, cf_world_facts, cf_world_facts_agree, cf_world_facts_former, cf_world_facts_former_agree,
-    ic_recall, ic_recall_cf,
-)
+from . import cf_bio, cf_capitals, cf_capitals_former, cf_quotes, cf_world_facts, cf_world_facts_former, ic_recall, ic_recall_cf
+from .agree import TWINS, Twin
 from .schema import Item
 
 DEFAULT_SEED = 1234
-BUILDERS: dict[str, ModuleType] = {
+BUILDERS: dict[str, ModuleType | Twin] = {
     m.NAME: m for m in (cf_bio, cf_world_facts, cf_world_facts_former, cf_capitals, cf_capitals_former, cf_quotes,
                         ic_recall, ic_recall_cf,
-                        # the agreeing twins (issue 15): same items, the passage states the true answer
-                        cf_bio_agree, cf_world_facts_agree, cf_world_facts_former_agree, cf_capitals_agree,
-                        cf_capitals_former_agree, cf_quotes_agree)
+                        # the agreeing twins: same items, the passage states the true answer
+                        *TWINS)
 }
 DATASETS: tuple[str, ...] = tuple(BUILDERS)
 # dataset -> its agreeing twin (``<dataset>_agree``)
-AGREE_TWINS: dict[str, str] = {m.TWIN_OF: name for name, m in BUILDERS.items() if hasattr(m, "TWIN_OF")}
+AGREE_TWINS: dict[str, str] = {twin.TWIN_OF: twin.NAME for twin in TWINS}
 
 
 class UnknownDataset(KeyError):
@@ -33,7 +29,7 @@ class UnknownDataset(KeyError):
         return f"unknown dataset {self.args[0]!r}; choose one of: all, {', '.join(DATASETS)}"
 
 
-def builder(name: str) -> ModuleType:
+def builder(name: str) -> ModuleType | Twin:
     try:
         return BUILDERS[name]
     except KeyError:

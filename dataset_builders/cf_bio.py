@@ -16,13 +16,16 @@ Two kinds of item, built from ``data/people.json``:
   - birth_city: the passage says "born in <city>"; the city lies in the person's real birth
     country (so birth country and nationality still agree) and is attested in the table by then;
   - nationality: a nationality of the same region that existed in the person's lifetime and is
-    not also true of them; the passage names no place and no work that would imply the real one.
+    not also true of them, nor nested in it or containing it (British / Welsh); the passage names no
+    place and no work that would imply the real one (``national_works``: "a major US party").
+* birth cities are cities or towns (``places_not_drawn`` keeps villages, estates and districts out), and
+  a name-swap substitute has no title in its name ("Queen Victoria", "Elizabeth I").
 
 Passages come in a declarative and a narrative style; living people are written in the present
 tense and never "die". ``EXTRA_RULES`` checks each of these promises on every build.
 
 ``build_pairs`` tells each biography a second time, with the same template choices, with the true
-name or value: the agreeing twin ``cf_bio_agree`` (issue 15), checked by ``AGREE_RULES``.
+name or value: the agreeing twin ``cf_bio_agree``, checked by ``AGREE_RULES``.
 """
 
 from __future__ import annotations
@@ -40,13 +43,17 @@ from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
-VERSION = 2
+VERSION = 3
 SUBSTITUTES_PER_PERSON = 2
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 MIN_AGE, MAX_AGE = 15, 100  # a (counterfactual) lifespan, and the youngest age at a dated work
 YEAR_OFFSETS = range(3, 41)  # how many years earlier a counterfactual birth year lies
 MAX_ERA_GAP = 10  # most years between the lifespans of a person and a name-swap substitute
 NATIONALITY_LATEST = 50  # a nationality whose state arose more than 50 years after a birth is implausible
+# A name that carries a title, an honorific or a regnal number ("Queen Victoria", "Mahatma Gandhi",
+# "Elizabeth I") names a role as well as a person: never a name-swap substitute.
+TITLED = re.compile(r"^(Queen|King|Pope|Emperor|Empress|Prince|Princess|Saint|St\.|Lord|Lady|Sir|Dame|Tsar|Sultan|"
+                    r"Mahatma|Mother)\b|\b(the (Great|Elder|Younger))$|\s[IVX]+$")
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 # What only a dead person's biography says; a living person's passage never does.
 _PAST = re.compile(r"\b(died|dies|death|final years|(was|were) (a|an|one|best|also|regarded|known))\b", re.I)
@@ -59,22 +66,30 @@ DECLARATIVE = {
     "open": (
         "{Who} {is} {a_nationality} {domain} born in {birth_year}.",
         "{Who}, {a_nationality} {domain}, was born in {birth_year}.",
+        "Born in {birth_year}, {who} {is} {a_nationality} {domain}.",
     ),
     # With places shown, the opening leaves the year to the birth sentence (no "born in" twice).
     "open_before_place": (
         "{Who} {is} {a_nationality} {domain}.",
         "{Who} {is} one of the best-known {nationality} {domains}.",
+        "Among {nationality} {domains}, few are as widely known as {who}.",
+        "{Who} {is} {a_nationality} {domain} whose work is known far beyond {poss} own country.",
     ),
     "place": (
         "{Pronoun} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
         "{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "Records show that {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
     ),
     "place_plain": ("{Pronoun} was born in {birth_country_in} in {birth_year}.", "{Pronoun} was born in {birth_year}."),
-    "work1": ("{Who} {is} best known for {work1}.", "{Who_poss} reputation rests largely on {work1}."),
-    "work2": ("{Who} {is} also known for {work2}.", "{Pronoun} also won lasting recognition for {work2}."),
+    "work1": ("{Who} {is} best known for {work1}.", "{Who_poss} reputation rests largely on {work1}.",
+              "{Who} {is} widely remembered for {work1}.", "Much of {who_poss} fame comes from {work1}."),
+    "work2": ("{Who} {is} also known for {work2}.", "{Pronoun} also won lasting recognition for {work2}.",
+              "Another high point of {who_poss} career was {work2}.", "{Who} {is} also remembered for {work2}."),
     "legacy": (
         "Today {who} is regarded as one of the most influential {domains} of {poss} generation.",
         "Scholars continue to study {who_poss} life and work.",
+        "Biographers have written at length about {who}.",
+        "{Who_poss} name appears in textbooks and encyclopedias around the world.",
     ),
     "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",),
     "death_plain": ("{Who} died in {death_year}.",),
@@ -86,10 +101,15 @@ NARRATIVE = {
     "renown": (
         "{Pronoun} {is} one of the best-known {nationality} {domains} of {poss} time.",
         "{Pronoun} {is} {a_nationality} {domain} of wide renown.",
+        "{Pronoun} {is} widely counted among the leading {nationality} {domains}.",
     ),
-    "work1": ("{Who} won wide acclaim for {work1}.", "{Who_poss} name became closely linked with {work1}."),
-    "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}."),
-    "legacy": ("{Who_poss} influence is still felt today.", "{Who_poss} legacy continues to inspire new generations."),
+    "work1": ("{Who} won wide acclaim for {work1}.", "{Who_poss} name became closely linked with {work1}.",
+              "{Who_poss} career is closely tied to {work1}.", "{Who} drew wide attention with {work1}."),
+    "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}.",
+              "{Pronoun} {is} also celebrated for {work2}.", "{Who_poss} achievements also include {work2}."),
+    "legacy": ("{Who_poss} influence is still felt today.", "{Who_poss} legacy continues to inspire new generations.",
+               "{Who_poss} work is still discussed and admired.",
+               "Generations of students have learned about {who_poss} achievements."),
     "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",),
     "death_plain": ("{Pronoun} died in {death_year}.",),
 }
@@ -135,8 +155,10 @@ def lifespan_gap(a: dict, b: dict) -> int:
 
 
 def compatible_substitute(person: dict, sub: dict) -> bool:
-    """A name swap must not make a living person dead (or the dead alive), nor move them in time."""
-    return is_living(person) == is_living(sub) and lifespan_gap(person, sub) <= MAX_ERA_GAP
+    """A name swap must not make a living person dead (or the dead alive), nor move them in time, nor
+    give them a title ("Queen Victoria was one of the best-known American writers")."""
+    return (is_living(person) == is_living(sub) and lifespan_gap(person, sub) <= MAX_ERA_GAP
+            and not TITLED.search(sub["name"]))
 
 
 def true_nationality_terms(person: dict) -> list[str]:
@@ -154,11 +176,21 @@ def true_nationality_terms(person: dict) -> list[str]:
 
 
 def nationality_is_true(person: dict, adjective: str) -> bool:
-    """True forms, and the nationality of a country the person was born or died in (arguably true)."""
-    if adjective in (person["nationality"], person["nationality_noun"], *person["nationality_aliases"]):
+    """True forms, a nationality nested in a true one or containing it (``part_of``: Welsh for a British
+    person), and the nationality of a country the person was born or died in (arguably true)."""
+    true_forms = {person["nationality"], person["nationality_noun"], *person["nationality_aliases"]}
+    if adjective in true_forms or nested_nationality(person, adjective):
         return True
     places = {person["birth_country"], person["death_country"]} - {None}
     return bool(places & set(nationalities()[adjective]["countries"]))
+
+
+def nested_nationality(person: dict, adjective: str) -> bool:
+    """One of the two lies inside the other (``part_of``): British and Welsh."""
+    table = nationalities()
+    true_forms = {person["nationality"], *person["nationality_aliases"]}
+    inside = set(table.get(adjective, {}).get("part_of", []))
+    return bool(inside & true_forms) or any(adjective in table.get(t, {}).get("part_of", []) for t in true_forms)
 
 
 def nationality_is_plausible(person: dict, adjective: str, birth_year: int) -> bool:
@@ -205,7 +237,7 @@ def _possessive(name: str) -> str:
     return name + ("'" if name.endswith("s") else "'s")
 
 
-def _works_phrase(works: list[str]) -> str:
+def works_phrase(works: list[str]) -> str:
     return f"{works[0]} and {works[1]}"
 
 
@@ -227,7 +259,7 @@ def _values(facts: dict, works: list[str]) -> dict[str, str]:
     return values
 
 
-def _biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: tuple[dict, str, str],
+def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: tuple[dict, str, str],
                rng: random.Random, with_places: bool = True) -> tuple[list[str], list[str]]:
     """Sentences of a biography for ``facts`` that names the person ``name``, and of its twin.
 
@@ -293,9 +325,9 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     ]
     items = []
     for k, sub in enumerate(rng.sample(candidates, min(SUBSTITUTES_PER_PERSON, len(candidates)))):
-        sentences, agree = _biography(person, sub["name"], sub["surname"], fragments,
+        sentences, agree = biography(person, sub["name"], sub["surname"], fragments,
                                       (person, person["name"], person["surname"]), rng)
-        question = fill(QUESTIONS["person_name"], domain=person["domain"], works=_works_phrase(person["works"]))
+        question = fill(QUESTIONS["person_name"], domain=person["domain"], works=works_phrase(person["works"]))
         items.append((
             Item(
                 id=f"{NAME}-person_name-{person['id']}-{k}",
@@ -344,7 +376,7 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
             return None
         facts["birth_city"] = rng.choice(cities)
         return facts["birth_city"], facts, [], True
-    forbidden = true_nationality_terms(person)
+    forbidden = true_nationality_terms(person) + person.get("national_works", [])
     works = " ".join(w for w in person["works"] if not contains_any(w, forbidden))
     choices = [
         n for n in nationalities()
@@ -368,7 +400,7 @@ def _attribute_items(person: dict, seed: int, rng: random.Random) -> list[tuple[
             continue
         cf_value, facts, forbidden, with_places = drawn
         tense = "is" if is_living(person) else "was"  # "What is the nationality of" a living person
-        sentences, agree = _biography(facts, person["name"], person["surname"], [true_value, *forbidden],
+        sentences, agree = biography(facts, person["name"], person["surname"], [true_value, *forbidden],
                                       (person, person["name"], person["surname"]), rng, with_places)
         cf_aliases = parametric_aliases = []
         if attribute == "nationality":
@@ -443,6 +475,22 @@ def _birth_city_country(items: list[Item]) -> list[str]:
     return bad
 
 
+def _birth_village(items: list[Item]) -> list[str]:
+    return [i.id for i, _ in _relation(items, "birth_city") if i.counterfactual_answer in _meta()["places_not_drawn"]]
+
+
+def _national_work(items: list[Item]) -> list[str]:
+    return [i.id for i, p in _relation(items, "nationality") if contains_any(i.context, p.get("national_works", []))]
+
+
+def _nested_nationality(items: list[Item]) -> list[str]:
+    return [i.id for i, p in _relation(items, "nationality") if nested_nationality(p, i.counterfactual_answer)]
+
+
+def _titled_substitute(items: list[Item]) -> list[str]:
+    return [i.id for i in items if i.relation == "person_name" and TITLED.search(i.counterfactual_answer)]
+
+
 def _impossible_lifespan(items: list[Item]) -> list[str]:
     bad = []
     for i, p in _relation(items, "birth_year"):
@@ -509,6 +557,14 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_nationality_implausible": (
         f"a counterfactual nationality is drawn from the real one's region and existed within "
         f"{NATIONALITY_LATEST} years of the birth", _nationality_implausible),
+    "bio_birth_city_is_city": ("a counterfactual birth city is a city or town, not a village, estate or district "
+                               "(places_not_drawn)", _birth_village),
+    "bio_national_work": ("a nationality item names no work that ties the person to the real nationality "
+                          "(national_works: 'a major US party')", _national_work),
+    "bio_nested_nationality": ("a counterfactual nationality neither lies inside the real one nor contains it "
+                               "(British and Welsh; part_of)", _nested_nationality),
+    "bio_titled_substitute": ("a name-swap substitute's name carries no title, honorific or regnal number "
+                              "(Queen Victoria, Mahatma Gandhi, Elizabeth I)", _titled_substitute),
 }
 
 

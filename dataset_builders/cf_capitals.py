@@ -9,11 +9,14 @@ Kandahar") are the ``cf_capitals_former`` dataset, built by the same code (``bui
 
 Countries whose name shares a word of four or more letters (or part of one) with a capital form or
 with the counterfactual are left out, since the question would give part of an answer away (Kuwait /
-Kuwait City, Tunisia / Tunis; see ``excluded_countries``). A former capital (Lagos, Almaty) is never
-the counterfactual: countries.json keeps them in ``former_capitals``. ``EXTRA_RULES`` check all this.
+Kuwait City, Tunisia / Tunis; see ``excluded_countries``). The counterfactual is never an answer a model
+could give without reading: not the country's largest city (Sydney, Istanbul) and not a former capital of
+any era (Lagos, Saint Petersburg, Kraków), which also keeps a ``cf_capitals_former`` move from reversing
+a real one; countries.json keeps them in ``largest_city`` and ``former_capitals``. ``EXTRA_RULES`` check
+all this.
 
 ``build_pairs`` gives each item the sentences of its agreeing twin (``cf_capitals_agree``,
-``cf_capitals_former_agree``; issue 15): the same passage naming the true capital, checked by
+``cf_capitals_former_agree``): the same passage naming the true capital, checked by
 ``AGREE_RULES``.
 """
 
@@ -32,7 +35,7 @@ from .common import make_rng, slug
 from .schema import Item, fill
 
 NAME = "cf_capitals"
-VERSION = 2
+VERSION = 3
 RELATION = "country_capital"
 MIN_SHARED = 4  # a shared word (or part of a word) of this many letters gives the answer away
 
@@ -221,6 +224,19 @@ def _former_capital(items: list[Item]) -> list[str]:
     return [i.id for i in items if contains_any(i.counterfactual_answer, _country(i)["former_capitals"])]
 
 
+def _largest_city(items: list[Item]) -> list[str]:
+    def largest(i: Item) -> list[str]:
+        c = _country(i)
+        return [c["largest_city"], *c["largest_city_aliases"]]
+    return [i.id for i in items if contains_any(i.counterfactual_answer, largest(i))]
+
+
+def _reverses_real_move(items: list[Item]) -> list[str]:
+    """A passage that moves the capital from the true one to a former capital tells history backwards."""
+    return [i.id for i in items if i.mentions_parametric
+            and contains_any(i.counterfactual_answer, _country(i)["former_capitals"])]
+
+
 def _grammar(items: list[Item]) -> list[str]:
     def bad(text: str) -> bool:
         return any(not s[0].isupper() for s in sentences(text)) or bool(re.search(r"\b(\w+) \1\b", text, re.I))
@@ -242,8 +258,12 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
                            _dangling_reference),
     "counterfactual_same_country": ("the counterfactual capital is the other_city of the same country",
                                     _counterfactual_same_country),
-    "former_capital": ("the counterfactual is not a former capital of the country (a stale fact, not the context)",
-                       _former_capital),
+    "former_capital": ("the counterfactual is not a former capital of the country, of any era (a stale fact, not "
+                       "the context)", _former_capital),
+    "largest_city": ("the counterfactual is not the country's largest city (the answer a model gives without reading)",
+                     _largest_city),
+    "reverses_real_move": ("a passage that names the true capital never moves it to a former capital (a real move "
+                           "told backwards)", _reverses_real_move),
     "grammar": ("every sentence starts with a capital letter and no word is doubled", _grammar),
 }
 

@@ -1,8 +1,8 @@
 """CF_Capitals_Former: cf_capitals items whose passage names the true capital as the former one.
 
 "After severe floods damaged much of Kabul, Afghanistan moved its capital to Kandahar." The paper's
-style of counterfactual; kept apart from ``cf_capitals`` so that each task's number has one meaning
-(issue 12). Same countries, templates and validator rules as ``cf_capitals`` (``cf_capitals.build_items``).
+style of counterfactual; kept apart from ``cf_capitals`` so that each task's number has one meaning.
+Same countries, templates and validator rules as ``cf_capitals`` (``cf_capitals.build_items``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from . import cf_capitals
 from .schema import Item
 
 NAME = "cf_capitals_former"
-VERSION = 1
+VERSION = 2
 EXTRA_RULES = cf_capitals.EXTRA_RULES
 
 

@@ -9,24 +9,47 @@ are weak continuations among many); endings with accepted variants ("Fortune fav
 bold / brave") list them in ``last_word_aliases``, which count as the parametric answer and are
 never drawn as the counterfactual.
 
-``build_pairs`` gives each item the instruction of its agreeing twin ``cf_quotes_agree`` (issue 15),
+Version 3: sayings whose prompt has more than one memorised ending ("A piece of" cake / advice) are left
+out (quotes.json ``ambiguous``), and an ending or asked word with an American and a British spelling
+(valor / valour) takes the other as an alias (``spelling_variants``).
+
+``build_pairs`` gives each item the instruction of its agreeing twin ``cf_quotes_agree``,
 which asks for the saying's own ending; ``AGREE_RULES`` check it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 from . import tables
 from .common import make_rng, same_answer
 from .schema import Item
 
 NAME = "cf_quotes"
-VERSION = 2
+VERSION = 3
 INSTRUCTION = 'Write a quote that ends in the word "{word}":'
 MIN_PROMPT_WORDS = 3
 _ASKED = re.compile(re.escape(INSTRUCTION).replace(re.escape("{word}"), "(.+)"))
+
+
+@lru_cache(maxsize=1)
+def _meta() -> dict:
+    """quotes.json's fields beside the quotes: spelling_variants, ambiguous."""
+    return json.loads((tables.DATA_DIR / "quotes.json").read_text(encoding="utf-8"))
+
+
+def spelling_variants(word: str) -> list[str]:
+    """The other spelling of ``word`` (valor / valour), from quotes.json's ``spelling_variants``."""
+    pairs = _meta()["spelling_variants"]
+    return [b for a, b in pairs.items() if a == word] + [a for a, b in pairs.items() if b == word]
+
+
+def ambiguous_quotes() -> dict[str, str]:
+    """Quote id -> why its prompt has no one memorised ending; these quotes make no item."""
+    return _meta()["ambiguous"]
 
 
 def build_pairs(seed: int) -> list[tuple[Item, list[str]]]:
@@ -34,7 +57,10 @@ def build_pairs(seed: int) -> list[tuple[Item, list[str]]]:
     rng = make_rng(NAME, VERSION, seed)
     pairs = []
     for quote in sorted(tables.quotes(), key=lambda q: q["id"]):
+        if quote["id"] in ambiguous_quotes():
+            continue
         word = rng.choice(quote["alternatives"])
+        endings = [quote["last_word"], *quote.get("last_word_aliases", [])]
         prefix = quote["saying"][: quote["saying"].rfind(" ")].strip()
         item = Item(
             id=f"{NAME}-{quote['id']}",
@@ -44,8 +70,9 @@ def build_pairs(seed: int) -> list[tuple[Item, list[str]]]:
             context=INSTRUCTION.format(word=word),
             question=prefix,
             counterfactual_answer=word,
+            counterfactual_aliases=spelling_variants(word),
             parametric_answer=quote["last_word"],
-            parametric_aliases=list(quote.get("last_word_aliases", [])),
+            parametric_aliases=[*endings[1:], *(v for e in endings for v in spelling_variants(e))],
             answer_position="beginning",
             version=VERSION,
             seed=seed,
@@ -99,7 +126,23 @@ def _asks_counterfactual(items: list[Item]) -> list[str]:
             or not same_answer(word, i.parametric_answer)]
 
 
+def _ambiguous_ending(items: list[Item]) -> list[str]:
+    ambiguous = {q["saying"] for q in tables.quotes() if q["id"] in ambiguous_quotes()}
+    return [i.id for i in items if i.subject in ambiguous]
+
+
+def _spelling_variant_missing(items: list[Item]) -> list[str]:
+    def missing(answer: str, aliases: list[str]) -> bool:
+        return any(v not in aliases for v in spelling_variants(answer))
+    return [i.id for i in items if missing(i.counterfactual_answer, i.counterfactual_aliases)
+            or missing(i.parametric_answer, i.parametric_aliases)]
+
+
 EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
+    "quote_ambiguous_ending": ("no saying whose prompt has more than one memorised ending (quotes.json ambiguous)",
+                               _ambiguous_ending),
+    "quote_spelling_variant": ("an ending or asked word with another spelling (valor / valour) lists it as an alias",
+                               _spelling_variant_missing),
     "quote_prompt_too_short": (
         f"the prompt (the saying without its last word) has at least {MIN_PROMPT_WORDS} words", _prompt_too_short),
     "quote_variant_ending": (

@@ -10,9 +10,13 @@ The counterfactual is plausible by construction, from fields of the table (one h
 - creators (authors, inventors, painters, composers) were alive and at least ``MIN_CREATOR_AGE`` in
   the ``year`` of the work; lifespans come from ``people.json`` or the relation's ``creators`` table;
 - a river's counterfactual mouth is a water body of the river's ``region``; landmarks, mountains
-  and headquarters keep to the ``regions`` group of their true answer;
+  and headquarters keep to the ``regions`` group of their true answer (for headquarters, the company's
+  country: no company moves abroad);
 - a counterfactual is never also true: never a water body that contains the true one or lies in it
-  (``within``; the containers count as true aliases), never a city of the same ``metro_areas``.
+  (``within``; the containers count as true aliases, except those that contain the counterfactual too,
+  which the context implies), never a city of the same ``metro_areas``;
+- a subject whose name places it or names its maker (India Gate, the AK-47: ``name_implies_answer``)
+  gets no counterfactual, and every answer sentence states the answer rather than implying it.
 
 Facts left without a candidate are dropped. Items whose context names the true answer ("moved its
 headquarters from Cupertino to Seattle") are the ``cf_world_facts_former`` dataset (``build_items``
@@ -20,7 +24,7 @@ with ``former=True``); this dataset holds only items that do not name it, and no
 speaks of a change (``EXTRA_RULES``).
 
 ``build_pairs`` gives each item the sentences of its agreeing twin (``cf_world_facts_agree``,
-``cf_world_facts_former_agree``; issue 15): the same passage stating the true answer, checked by
+``cf_world_facts_former_agree``): the same passage stating the true answer, checked by
 ``AGREE_RULES``.
 """
 
@@ -30,14 +34,15 @@ import random
 import re
 from functools import lru_cache
 
-from cf_tasks.text import contains_any
+from cf_tasks.registry import twin_name
+from cf_tasks.text import contains_any, words
 
 from . import tables
-from .common import AGREE_SUFFIX, POSITIONS, balanced, make_rng, passage_from_templates, same_answer, slug
+from .common import POSITIONS, balanced, make_rng, passage_from_templates, same_answer, slug
 from .schema import Item, answer_position, fill
 
 NAME = "cf_world_facts"
-VERSION = 2
+VERSION = 3
 ITEMS_PER_FACT = 3  # distinct counterfactuals per fact (fewer where fewer candidates exist)
 FORMER_ITEMS_PER_FACT = 1
 MIN_CREATOR_AGE = 20
@@ -82,12 +87,16 @@ def build_passage_items(
     n_mentions = round(mentions_share * len(slots))
     mentions = balanced([True] * n_mentions + [False] * (len(slots) - n_mentions), len(slots), rng)
     # The twins' own draws, so that the counterfactual items stay what they were without twins.
-    agree_rng = make_rng(f"{dataset}{AGREE_SUFFIX}:{templates['relation']}", version, seed)
+    agree_rng = make_rng(f"{twin_name(dataset)}:{templates['relation']}", version, seed)
     items = []
     for (i, k), position, mention in zip(slots, positions, mentions):
         fact = facts[i]
         cf_answer, cf_aliases = choices[i].pop(rng.randrange(len(choices[i])))
-        parametric = [fact["answer"], *fact.get("answer_aliases", [])]
+        # A container of the true answer that also contains the counterfactual (the Atlantic, for the
+        # English Channel against the North Sea) is implied by the context: it is no true answer here.
+        shared = fact.get("shared_containers", {}).get(cf_answer, [])
+        true_aliases = [a for a in fact.get("answer_aliases", []) if a not in shared]
+        parametric = [fact["answer"], *true_aliases]
         values = {"subject": fact["subject"], "answer": cf_answer, "parametric": fact["answer"],
                   **fact.get("values", {})}
         passage = passage_from_templates(
@@ -103,7 +112,7 @@ def build_passage_items(
             counterfactual_answer=cf_answer,
             counterfactual_aliases=list(cf_aliases),
             parametric_answer=fact["answer"],
-            parametric_aliases=list(fact.get("answer_aliases", [])),
+            parametric_aliases=true_aliases,
             answer_position=answer_position(passage.sentences, cf_answer),
             mentions_parametric=mention,
             version=version,
@@ -230,11 +239,14 @@ def prepared_facts(record: dict) -> list[dict]:
     """The relation's facts with their plausible ``cf_pool``, containers as true aliases, and the
     number forms of the subject."""
     pool = answer_pool(record)
+    forms = dict(pool)
     out = []
     for fact in record["facts"]:
         outer = containers(record, fact["answer"])
         aliases = [*fact.get("answer_aliases", []), *outer,
                    *(al for a, als in pool if a in outer for al in als)]
+        shared = {a: [form for c in containers(record, a) if c in outer for form in (c, *forms.get(c, []))]
+                  for a, _ in pool}
         out.append({
             **fact,
             "answer_aliases": aliases,
@@ -243,6 +255,7 @@ def prepared_facts(record: dict) -> list[dict]:
             "cf_pool": [] if fact.get("name_implies_answer") else [
                 (a, al) for a, al in pool if plausible(record, fact, a, al)],
             "values": number_values(fact.get("plural", False)),
+            "shared_containers": {a: forms for a, forms in shared.items() if forms},
         })
     return out
 
@@ -280,8 +293,10 @@ DENIES_CHANGE = re.compile(r"\b(no plans to (relocate|move)|never (moved|left)|h
 STATES_MOVE = re.compile(r"\b(moved|relocated|transferred|once hung)\b", re.IGNORECASE)
 NEEDS_MOVE = re.compile(r"\b(relocating|the move|the new site|the transfer)\b", re.IGNORECASE)
 SINGULAR_VERB = re.compile(r"^(is|was|has|\w+[^s\W]s)\b")  # "is", "stands" (not "always", "across")
-# A sentence ends after a lowercase letter or digit, not after "D.C.", "J. K.", "St." or "Dr.".
-SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-z0-9)])[.!?]\s+")
+# A sentence ends after a lowercase letter (accented too: "Brontë.") or digit, or after a regnal
+# number ("Johann Strauss II."), not after "D.C.", "J. K.", "St." or "Dr.".
+SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-zà-ÿ0-9)])[.!?]\s+"
+                          r"|(?:(?<=\bII)|(?<=\bIII)|(?<=\bIV))\.\s+(?=[A-Z])")
 
 
 def sentences(text: str) -> list[str]:
@@ -358,6 +373,58 @@ def _unstated_change(items: list[Item]) -> list[str]:
     return bad
 
 
+def _container_accepted(items: list[Item]) -> list[str]:
+    """A water body (or place) that contains the counterfactual is implied by the context: it must not
+    count as the true answer (the North Sea's Atlantic, against the English Channel)."""
+    bad = []
+    for i in items:
+        found = _fact(i)
+        if found and "within" in found[0]:
+            record = found[0]
+            outer = containers(record, i.counterfactual_answer)
+            forms = dict(answer_pool(record))
+            implied = [f for c in outer for f in (c, *forms.get(c, []))]
+            if any(same_answer(a, f) for a in i.parametric_aliases for f in implied):
+                bad.append(i.id)
+    return bad
+
+
+def _name_gives_answer(items: list[Item]) -> list[str]:
+    """A subject whose name places it or names its maker (India Gate, the AK-47; ``name_implies_answer``),
+    or shares a word of 4+ letters with the true answer."""
+    def gives(i: Item) -> bool:
+        found = _fact(i)
+        answer_words = {w for a in (i.parametric_answer, *i.parametric_aliases) for w in words(a) if len(w) >= 4}
+        return bool(found and found[1].get("name_implies_answer")) or bool(
+            answer_words & {w for w in words(i.subject) if len(w) >= 4})
+    return [i.id for i in items if gives(i)]
+
+
+# Answer sentences that only imply the answer (visitors, a style, a main site) instead of stating it.
+IMPLIES_ONLY = re.compile(r"\b(visitors to|travell?ers come to|climbers travel to|style of|typical of|main site|"
+                          r"surrounding countryside|employees of)\b", re.IGNORECASE)
+
+
+def _answer_not_stated(items: list[Item]) -> list[str]:
+    return [i.id for i in items
+            if not any(contains_any(s, [i.counterfactual_answer]) and not IMPLIES_ONLY.search(s)
+                       for s in sentences(i.context))]
+
+
+def _moved_abroad(items: list[Item]) -> list[str]:
+    """Headquarters (and landmarks, mountains) keep to the ``regions`` group of their true answer; for
+    company_headquarters a group is a country, so no item moves a company abroad."""
+    bad = []
+    for i in items:
+        found = _fact(i)
+        if found and found[0]["relation"] == "company_headquarters":
+            group = region_of(*found) or []
+            countries = [g for g in found[0]["regions"].values() if any(same_answer(i.parametric_answer, a) for a in g)]
+            if not any(same_answer(i.counterfactual_answer, a) for a in group) or len(countries) != 1:
+                bad.append(i.id)
+    return bad
+
+
 def _lowercase_sentence_start(items: list[Item]) -> list[str]:
     return [i.id for i in items if any(s[:1].islower() for s in [*sentences(i.context), i.question])]
 
@@ -381,6 +448,14 @@ EXTRA_RULES = {
     "sentence_case": ("every sentence and the question start with a capital letter", _lowercase_sentence_start),
     "sentence_names_subject": ("every sentence of the shuffled passage names its subject", _sentence_without_subject),
     "museum_collects_period": ("a counterfactual museum collects art of the painting's year", _museum_outside_period),
+    "container_not_true_answer": ("no water body or place that contains the counterfactual counts as the true answer "
+                                  "(the context implies it too)", _container_accepted),
+    "name_gives_answer": ("no subject whose name places it or names its maker (name_implies_answer), or shares a "
+                          "word with the true answer", _name_gives_answer),
+    "answer_stated": ("a sentence states the counterfactual, not only implies it (visitors, a style, a main site)",
+                      _answer_not_stated),
+    "headquarters_same_country": ("a counterfactual headquarters lies in the company's own country",
+                                  _moved_abroad),
 }
 
 # The agreeing twins (cf_world_facts_agree, cf_world_facts_former_agree): the rules above that are about

@@ -12,8 +12,6 @@ from cf_tasks.text import contains_any, normalize
 
 from .schema import POSITIONS, Item, answer_position, fill
 
-AGREE_SUFFIX = "_agree"  # the agreeing twin of dataset X is X + AGREE_SUFFIX
-
 # Particles that are part of many names and say nothing about who is meant.
 NAME_PARTICLES = frozenset(
     {"van", "von", "der", "den", "del", "della", "de", "da", "di", "du", "des", "dos", "das", "la",

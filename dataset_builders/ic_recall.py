@@ -1,4 +1,5 @@
-"""IC-recall: in-context factual recall (the second source paper, seeds/002: Huang, Nichani, Lee, Ge).
+"""IC-recall: in-context factual recall (Huang, Nichani, Lee, Ge: "Fine-Tuning Dynamics of In-Context
+Factual Recall in Transformers").
 
 A prompt lists k (subject, answer) pairs of one hidden relation, one per line, then a query
 subject ("France: Paris / Japan: Tokyo / Kenya:"). The model must infer the relation from the
@@ -32,296 +33,56 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from itertools import islice
 
-from cf_tasks.text import contains_any, normalize
+from cf_tasks.text import contains_any
 
 from . import tables
 from .common import make_rng, slug
-from .schema import Item, capitalize_first
+# The relation catalogue and the pair format live in ``relations``, shared with the lm-eval hooks;
+# the names are read here too (``ic_recall.parse_pairs``), as before they moved.
+from .relations import (  # noqa: F401
+    COUNTRY_RELATIONS, KEYWORDS, PERSON_RELATIONS, SEPARATOR, Fact, Relation, agrees_with_partner, answer_forms,
+    competitors, context_text, key, load_relations, names_relation, pair_count, pair_line, parse_pairs,
+    partner_accepted, partners, question_text, relations_by_name, states, stating_relations, true_answer,
+    typed_relations,
+    vocabulary,
+)
+from .schema import Item
 
 NAME = "ic_recall"
-VERSION = 2
+VERSION = 3
 K_VALUES = (2, 4, 8)
 QUERIES_PER_RELATION = 8  # the same queries for every k, so that k is the only thing that changes
-SEPARATOR = ": "
 MAX_ATTEMPTS = 200
-
-# Relations read from countries.json: name -> (answer field, aliases field or None, description).
-COUNTRY_RELATIONS = {
-    "country_capital": ("capital", "capital_aliases", "the capital city of a country"),
-    "country_largest_city": ("largest_city", "largest_city_aliases", "the largest city of a country"),
-    "country_currency": ("currency", "currency_aliases", "the currency of a country"),
-    "country_language": ("language", None, "the main language spoken in a country"),
-    "country_continent": ("continent", None, "the continent on which a country lies"),
-}
-# Relations read from people.json (names as in cf_bio): name -> (answer field, description).
-PERSON_RELATIONS = {
-    "birth_city": ("birth_city", "the city where a person was born"),
-    "death_city": ("death_city", "the city where a person died"),
-    "birth_year": ("birth_year", "the year in which a person was born"),
-    "death_year": ("death_year", "the year in which a person died"),
-    "birth_country": ("birth_country", "the country where a person was born"),
-    "death_country": ("death_country", "the country where a person died"),
-    "nationality": ("nationality", "the nationality of a person"),
-}
-# What counts as naming a relation in a chain of thought: any one alternative whose phrases all
-# occur (word boundaries, case and accents ignored). Each description must satisfy its own
-# keywords and no competitor's (tests/test_ic_recall.py checks it).
-KEYWORDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "country_capital": (("capital",), ("capitals",), ("seat of government",)),
-    "country_largest_city": (("largest",), ("biggest",), ("most populous",), ("most populated",)),
-    "country_currency": (("currency",), ("currencies",), ("money",)),
-    "country_language": (("language",), ("languages",), ("spoken",), ("tongue",)),
-    "country_continent": (("continent",), ("continents",)),
-    "birth_city": (("birthplace",), ("place of birth",), ("born", "city"), ("birth", "city"), ("hometown",)),
-    "death_city": (("place of death",), ("died", "city"), ("death", "city"), ("dies", "city")),
-    "birth_year": (("year of birth",), ("born", "year"), ("birth", "year"), ("birthyear",)),
-    "death_year": (("year of death",), ("died", "year"), ("death", "year"), ("dies", "year")),
-    "birth_country": (("country of birth",), ("born", "country"), ("birth", "country")),
-    "death_country": (("country of death",), ("died", "country"), ("death", "country"), ("dies", "country")),
-    "nationality": (("nationality",), ("nationalities",), ("citizenship",), ("citizen",)),
-    "landmark_city": (("landmark",), ("landmarks",), ("stands",), ("located",), ("location",)),
-    "book_author": (("author",), ("authors",), ("wrote",), ("writer",), ("written",)),
-    "invention_inventor": (("inventor",), ("inventors",), ("invented",), ("inventing",), ("invention",)),
-    "painting_museum": (("museum",), ("museums",), ("gallery",), ("displayed",), ("exhibited",)),
-    "painting_painter": (("painter",), ("painters",), ("painted",), ("artist",)),
-    "company_headquarters": (("headquarters",), ("headquartered",), ("head office",), ("based",)),
-    "river_mouth": (("flows",), ("flow",), ("mouth",), ("empties",), ("drains",)),
-    "mountain_country": (("mountain",), ("mountains",), ("peak",)),
-    "composition_composer": (("composer",), ("composers",), ("composed",), ("wrote", "music")),
-}
-
-
-@dataclass(frozen=True)
-class Fact:
-    subject: str
-    answer: str
-    aliases: tuple[str, ...] = ()
-
-    @property
-    def forms(self) -> tuple[str, ...]:
-        return (self.answer, *self.aliases)
-
-    # Normalised forms, computed once: the builder compares every fact with every query.
-    @cached_property
-    def subject_key(self) -> str:
-        return key(self.subject)
-
-    @cached_property
-    def answer_key(self) -> str:
-        return key(self.answer)
-
-    @cached_property
-    def form_keys(self) -> frozenset[str]:
-        return frozenset(key(x) for x in self.forms)
-
-    @cached_property
-    def form_patterns(self) -> tuple[str, ...]:
-        return tuple(f" {normalize(x)} " for x in self.forms if normalize(x))
-
-    @cached_property
-    def subject_words(self) -> str:
-        return f" {normalize(self.subject)} "
-
-    @cached_property
-    def line_words(self) -> str:
-        return f" {normalize(pair_line(self.subject, self.answer))} "
-
-
-@dataclass(frozen=True)
-class Relation:
-    name: str
-    description: str
-    facts: tuple[Fact, ...]
-
-    @property
-    def keywords(self) -> tuple[tuple[str, ...], ...]:
-        return KEYWORDS[self.name]
-
-
-def key(text: str) -> str:
-    """The form subjects and answers are compared in (``common.same_answer``'s normalisation)."""
-    return normalize(text, drop_articles=True)
-
-
-@lru_cache(maxsize=1)
-def load_relations() -> tuple[Relation, ...]:
-    """Every relation of the fact tables, sorted by name; facts sorted by subject."""
-    countries = tables.countries()
-    country_aliases = {c["name"]: tuple(c["aliases"]) for c in countries}
-    out = []
-    for name, (field, alias_field, description) in COUNTRY_RELATIONS.items():
-        facts = [Fact(c["name"], c[field], tuple(c[alias_field]) if alias_field else ()) for c in countries]
-        out.append(Relation(name, description, tuple(facts)))
-    for name, (field, description) in PERSON_RELATIONS.items():
-        facts = [
-            Fact(p["name"], str(p[field]), country_aliases.get(p[field], ()) if field.endswith("_country") else ())
-            for p in tables.people() if p[field] is not None
-        ]
-        out.append(Relation(name, description, tuple(facts)))
-    for rel in tables.relations():
-        facts = [Fact(f["subject"], f["answer"], tuple(f.get("answer_aliases", []))) for f in rel["facts"]]
-        out.append(Relation(rel["relation"], rel["description"], tuple(facts)))
-    missing = [r.name for r in out if r.name not in KEYWORDS]
-    if missing:
-        raise ValueError(f"dataset_builders/ic_recall.py: no KEYWORDS for relation(s) {', '.join(missing)}; add them")
-    return tuple(sorted((Relation(r.name, r.description, tuple(sorted(r.facts, key=lambda f: f.subject)))
-                         for r in out), key=lambda r: r.name))
-
-
-@lru_cache(maxsize=1)
-def relations_by_name() -> dict[str, Relation]:
-    return {r.name: r for r in load_relations()}
-
-
-@lru_cache(maxsize=1)
-def _index() -> dict[str, dict[str, frozenset[str]]]:
-    """relation -> subject key -> the keys of the subject's answer forms."""
-    return {r.name: {key(f.subject): frozenset(key(x) for x in f.forms) for f in r.facts} for r in load_relations()}
-
-
-@lru_cache(maxsize=1)
-def vocabulary() -> dict[str, frozenset[str]]:
-    """relation -> the keys of every answer form it gives."""
-    return {r.name: frozenset(key(x) for f in r.facts for x in f.forms) for r in load_relations()}
-
-
-@lru_cache(maxsize=1)
-def _truth() -> dict[str, dict[str, str]]:
-    """relation -> subject key -> the key of the subject's (main) answer."""
-    return {r.name: {key(f.subject): key(f.answer) for f in r.facts} for r in load_relations()}
-
-
-def true_answer(relation: str, subject: str) -> str | None:
-    """The key of ``relation``'s answer for ``subject`` (None when it has no such subject)."""
-    return _truth()[relation].get(key(subject))
-
-
-@lru_cache(maxsize=1)
-def _answer_forms() -> dict[str, dict[str, frozenset[str]]]:
-    """relation -> answer key -> the keys of every form that answer takes in the relation."""
-    out: dict[str, dict[str, set[str]]] = {}
-    for r in load_relations():
-        for f in r.facts:
-            out.setdefault(r.name, {}).setdefault(f.answer_key, set()).update(f.form_keys)
-    return {r: {a: frozenset(forms) for a, forms in answers.items()} for r, answers in out.items()}
-
-
-def answer_forms(relation: str, answer: str) -> frozenset[str]:
-    """Every form (as keys) that ``answer`` takes in ``relation``; empty if it is none of its answers."""
-    return _answer_forms()[relation].get(key(answer), frozenset())
-
-
-def states(relation: str, subject: str, answer: str) -> bool:
-    """True when ``relation`` maps ``subject`` to ``answer`` (or one of its aliases)."""
-    return key(answer) in _index()[relation].get(key(subject), ())
-
-
-def stating_relations(pairs: list[tuple[str, str]]) -> tuple[str, ...]:
-    """Assumption 1: every relation of the tables that maps each pair's subject to its answer."""
-    keyed = [(key(s), key(a)) for s, a in pairs]
-    return tuple(r for r, answers in _index().items() if all(a in answers.get(s, ()) for s, a in keyed))
-
-
-def typed_relations(pairs: list[tuple[str, str]]) -> tuple[str, ...]:
-    """Relations that have every pair's subject and every pair's answer among their answers.
-
-    The conflicting variant's pairs are wrong on purpose; what identifies their relation is which
-    subjects they are about and what kind of answer they give.
-    """
-    keyed = [(key(s), key(a)) for s, a in pairs]
-    index, vocab = _index(), vocabulary()
-    return tuple(r for r in index if all(s in index[r] and a in vocab[r] for s, a in keyed))
-
-
-@lru_cache(maxsize=None)
-def competitors(relation: str) -> tuple[str, ...]:
-    """The other relations that share at least one subject with ``relation``."""
-    index = _index()
-    mine = index[relation].keys()
-    return tuple(r for r in index if r != relation and not mine.isdisjoint(index[r]))
-
-
-@lru_cache(maxsize=None)
-def partners(relation: str) -> tuple[str, ...]:
-    """Assumption 2's confusing relations: competitors that give the same answer for some subject."""
-    index = _index()
-    mine = index[relation]
-    return tuple(
-        r for r in competitors(relation)
-        if any(s in index[r] and not mine[s].isdisjoint(index[r][s]) for s in mine)
-    )
-
-
-def agrees_with_partner(relation: str, fact: Fact) -> bool:
-    """True when a confusing partner of ``relation`` also states the pair (subject, answer)."""
-    return fact.answer_key in _agreeing()[relation].get(fact.subject_key, ())
-
-
-def partner_accepted(relation: str, fact: Fact) -> bool:
-    """True when a partner's answer for the subject would count as ``fact``'s answer (shares a form)."""
-    return not fact.form_keys.isdisjoint(_agreeing()[relation].get(fact.subject_key, ()))
-
-
-@lru_cache(maxsize=1)
-def _agreeing() -> dict[str, dict[str, frozenset[str]]]:
-    """relation -> subject key -> the answer forms its partners give for that subject."""
-    index = _index()
-    out: dict[str, dict[str, frozenset[str]]] = {}
-    for relation in index:
-        forms: dict[str, set[str]] = {}
-        for partner in partners(relation):
-            for subject, answers in index[partner].items():
-                forms.setdefault(subject, set()).update(answers)
-        out[relation] = {s: frozenset(f) for s, f in forms.items()}
-    return out
-
-
-def names_relation(text: str, relation: str) -> bool:
-    """``relation_acc``: ``text`` names ``relation`` and none of the relations sharing its subjects."""
-    def named(name: str) -> bool:
-        return any(all(contains_any(text, [phrase]) for phrase in alt) for alt in KEYWORDS[name])
-
-    return named(relation) and not any(named(other) for other in competitors(relation))
-
-
-# Rendering and parsing: one "Subject: answer" line per pair; the query line is "Subject:".
-
-def pair_line(subject: str, answer: str) -> str:
-    return f"{capitalize_first(subject)}{SEPARATOR}{answer}"
-
-
-def context_text(pairs: list[tuple[str, str]]) -> str:
-    return "\n".join(pair_line(s, a) for s, a in pairs)
-
-
-def question_text(subject: str) -> str:
-    return capitalize_first(subject) + SEPARATOR.rstrip()
-
-
-def parse_pairs(context: str) -> list[tuple[str, str]] | None:
-    """The pairs of a rendered context, or None when a line is not "subject: answer"."""
-    pairs = []
-    for line in context.split("\n"):
-        subject, sep, answer = line.partition(SEPARATOR)
-        if not sep or not subject.strip() or not answer.strip():
-            return None
-        pairs.append((subject, answer))
-    return pairs
-
-
-def pair_count(context: str) -> int:
-    """k of an item: the number of in-context pair lines."""
-    return context.count("\n") + 1
-
+RECENT_YEARS = 3  # a fact that changed this close to the tables' date is neither shown nor asked
 
 # Generation.
 
 def eligible_facts(relation: Relation) -> list[Fact]:
-    """Facts whose subject does not give its own answer away (Singapore: Singapore)."""
-    return [f for f in relation.facts if not contains_any(f.subject, f.forms)]
+    """Facts whose subject does not give its own answer away (Singapore: Singapore) and that did not
+    change lately (``recently_changed``)."""
+    return [f for f in relation.facts if not contains_any(f.subject, f.forms)
+            and not recently_changed(relation.name, f.subject)]
+
+
+@lru_cache(maxsize=1)
+def _changes() -> tuple[int, dict[tuple[str, str], int]]:
+    """countries.json's ``as_of`` year and (relation, country key) -> the year its fact changed."""
+    import json
+
+    meta = json.loads((tables.DATA_DIR / "countries.json").read_text(encoding="utf-8"))
+    fields = {field: name for name, (field, _, _) in COUNTRY_RELATIONS.items()}
+    return meta["as_of"], {(fields[f], key(c["name"])): year for c in meta["countries"]
+                           for f, year in c.get("changed", {}).items() if f in fields}
+
+
+def recently_changed(relation: str, subject: str) -> bool:
+    """The fact changed within ``RECENT_YEARS`` of the tables' date (Equatorial Guinea's capital, 2026):
+    a model can hardly recall it, and an old answer is not a mistake of reading."""
+    as_of, changed = _changes()
+    return changed.get((relation, key(subject)), -10**6) >= as_of - RECENT_YEARS
 
 
 def leaks(fact: Fact, query: Fact) -> bool:
@@ -436,7 +197,17 @@ def _layout(items: list[Item]) -> list[str]:
 
 
 def _query_fact(items: list[Item]) -> list[str]:
-    return [i.id for i in items if i.relation not in _index() or not states(i.relation, i.subject, i.parametric_answer)]
+    return [i.id for i in items if i.relation not in relations_by_name()
+            or not states(i.relation, i.subject, i.parametric_answer)]
+
+
+def _recent_fact(items: list[Item]) -> list[str]:
+    return [i.id for i in items if any(recently_changed(i.relation, s)
+                                       for s in [i.subject, *(s for s, _ in parse_pairs(i.context) or [])])]
+
+
+RECENT_RULE = (f"no pair and no query is a fact that changed within {RECENT_YEARS} years of the tables' date "
+               "(countries.json changed)", _recent_fact)
 
 
 def _identifies_relation(items: list[Item]) -> list[str]:
@@ -450,6 +221,7 @@ QUERY_RULE = ("the parametric answer is the item relation's answer for the query
 EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "ic_layout": LAYOUT_RULE,
     "ic_query_fact": QUERY_RULE,
+    "ic_recent_fact": RECENT_RULE,
     "ic_unique_relation": (
         "Assumption 1: the item's relation is the only relation of the fact tables that states "
         "every in-context pair", _identifies_relation),

@@ -4,8 +4,9 @@ The prompt has the shape of ``ic_recall`` ("Spain: Asia / Japan: Africa / Italy:
 France:"), but every pair shows a wrong answer of the relation, through one permutation of the
 relation's answers (here Europe -> Asia, Asia -> Africa). A model can then either follow the
 in-context mapping (France -> Asia, the ``counterfactual_answer``) or recall the truth (Europe,
-the ``parametric_answer``), which links IC-recall (seeds/002) back to context-parametric conflicts
-(seeds/000) and lets the generation tasks' ``counterfactual_acc`` / ``parametric_acc`` apply.
+the ``parametric_answer``), which links IC-recall back to context-parametric conflicts
+(Goyal et al., "Context-Parametric Inversion") and lets the generation tasks'
+``counterfactual_acc`` / ``parametric_acc`` apply.
 
 For the mapping to say anything about the query, at least one pair shares the query's true
 answer (a "witness": Spain and Italy above). The permutation sends the answers present in the
@@ -36,14 +37,16 @@ from cf_tasks.text import contains_any
 from . import tables
 from .common import make_rng, same_answer, slug
 from .ic_recall import (
-    K_VALUES, LAYOUT_RULE, MAX_ATTEMPTS, QUERY_RULE, Fact, Relation, answer_forms, choose_queries, competitors,
-    context_text, eligible_facts, enough_pairs, key, leaks, load_relations, parse_pairs, question_text,
+    K_VALUES, LAYOUT_RULE, MAX_ATTEMPTS, QUERY_RULE, RECENT_RULE, choose_queries, eligible_facts, enough_pairs, leaks,
+)
+from .relations import (
+    Fact, Relation, answer_forms, competitors, context_text, key, load_relations, parse_pairs, question_text,
     stating_relations, true_answer, typed_relations, vocabulary,
 )
 from .schema import Item, answer_position
 
 NAME = "ic_recall_cf"
-VERSION = 2
+VERSION = 3
 QUERIES_PER_RELATION = 8
 # Answers "of the same kind" as a competitor's: at least this share of the relation's answers are
 # also the competitor's (birth / death city: 21%). A stray overlap (the nationality "New Zealand"
@@ -274,6 +277,7 @@ def _pair_true(items: list[Item]) -> list[str]:
 EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "ic_layout": LAYOUT_RULE,
     "ic_query_fact": QUERY_RULE,
+    "ic_recent_fact": RECENT_RULE,
     "ic_unique_relation": (
         "Assumption 1 (typed): the item's relation is the only relation of the fact tables with every "
         "pair's subject and answer, and no relation states the pairs", _identifies_relation),

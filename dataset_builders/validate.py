@@ -11,10 +11,11 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
+from cf_tasks.registry import twin_of
 from cf_tasks.text import contains, contains_any
 
 from . import BUILDERS, build
-from .common import AGREE_SUFFIX, POSITIONS, name_fragments, same_answer
+from .common import POSITIONS, name_fragments, same_answer
 from .schema import FIELDS, Item
 from .serialize import to_jsonl_bytes
 
@@ -93,7 +94,7 @@ def _unique_ids(items: list[Item]) -> list[str]:
 
 
 def _position_shares(items: list[Item]) -> list[str]:
-    if not items or items[0].dataset.removesuffix(AGREE_SUFFIX) not in POSITION_BALANCED:
+    if not items or (twin_of(items[0].dataset) or items[0].dataset) not in POSITION_BALANCED:
         return []
     counts = Counter(i.answer_position for i in items)
     low, high = POSITION_SHARE
@@ -133,7 +134,7 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
 }
 
 
-# --- the agreeing twins (``<dataset>_agree``, issue 15): same items, the passage states the true answer
+# --- the agreeing twins (``<dataset>_agree``): same items, the passage states the true answer
 
 def _true_answer_stated(items: list[Item]) -> list[str]:
     return [i.id for i in items if not i.mentions_parametric or not contains(i.context, i.parametric_answer)]
@@ -147,9 +148,9 @@ def _not_the_same_items(items: list[Item]) -> list[str]:
     """Compared with the counterfactual dataset built with the same seed (``TWIN_OF`` of the builder)."""
     if not items:
         return []
-    twin_of = BUILDERS[items[0].dataset].TWIN_OF
+    mirrored = BUILDERS[items[0].dataset].TWIN_OF
     key = lambda i: (i.question, i.relation, i.subject, i.counterfactual_answer, i.parametric_answer)  # noqa: E731
-    theirs = {i.id: key(i) for i in build(twin_of, items[0].seed)}
+    theirs = {i.id: key(i) for i in build(mirrored, items[0].seed)}
     mine = {i.id for i in items}
     return [i.id for i in items if theirs.get(i.id) != key(i)] + sorted(set(theirs) - mine)
 
@@ -225,3 +226,36 @@ def build_validated(name: str, seed: int) -> list[Item]:
     if lines:
         raise ValidationError(f"{name} (seed {seed}) failed validation:\n" + "\n".join(lines))
     return items
+
+
+def rule_counts(items: list[Item]) -> dict[str, int]:
+    """Every item rule of the dataset that made ``items`` with the number of items that break it."""
+    return {rule: len(check(items)) for rule, (_, check) in rules_for(items).items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dataset_builders.validate [--seed N] [DATASET ...]``: each rule's count of offending
+    items over all items of each dataset (0 everywhere on a valid build); exit 1 when any is not."""
+    import argparse
+
+    from . import DEFAULT_SEED
+
+    parser = argparse.ArgumentParser(prog="python -m dataset_builders.validate", description=main.__doc__)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("datasets", nargs="*", help="dataset names (default: all)")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.datasets if n not in BUILDERS]
+    if unknown:
+        parser.error(f"unknown dataset(s) {', '.join(unknown)}; choose from {', '.join(sorted(BUILDERS))}")
+    broken = 0
+    for name in args.datasets or sorted(BUILDERS):
+        items = build(name, args.seed)
+        counts = rule_counts(items)
+        broken += sum(counts.values())
+        print(f"{name} (seed {args.seed}, {len(items)} items): "
+              + ", ".join(f"{rule} {n}" for rule, n in counts.items()))
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -153,9 +153,9 @@ def test_every_twin_rule_is_tested_here_or_with_its_dataset():
 
 # --- the twins are the counterfactual datasets with the true answer ------------------------------
 
-def test_every_knowledge_conflict_dataset_has_a_twin_of_version_1():
+def test_every_knowledge_conflict_dataset_has_a_twin_of_version_2():
     assert AGREE_TWINS == {name: f"{name}_agree" for name in KC_DATASETS}
-    assert all(dataset_builders.version(twin) == 1 for twin in AGREE_TWINS.values())
+    assert all(dataset_builders.version(twin) == 2 for twin in AGREE_TWINS.values())
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -281,10 +281,26 @@ def test_lm_eval_cli_reports_agree_acc_with_stderr(tiny_model, tmp_path):
           "--limit", "4", "--output_path", str(out), "--log_samples"])
     report = json.loads(next(out.rglob("results_*.json")).read_text())
     for task in ("cf_capitals_agree", "cf_quotes_agree"):
-        assert float(report["versions"][task]) == 1.0
+        assert float(report["versions"][task]) == float(dataset_builders.version(task))
         result = report["results"][task]
         assert set(k for k in result if "," in k) == {"agree_acc,none", "agree_acc_stderr,none"}
         samples = [json.loads(line) for line in next(out.rglob(f"samples_{task}_*.jsonl")).open()]
         assert len(samples) == 4 and all(s["doc"]["dataset"] == task for s in samples)
         expected = [process_results_agree(s["doc"], s["filtered_resps"])["agree_acc"] for s in samples]
         assert result["agree_acc,none"] == pytest.approx(sum(expected) / 4)
+
+
+def test_a_twin_keeps_its_datasets_ids_and_the_capitals_twins_are_two_tasks(twins):
+    """Ids pair an item with its twin (paired statistics match them by id); the ``dataset`` field tells
+    them apart. The two capitals twins ask the same questions with the same true answers, so they
+    must differ in what they test: cf_capitals_agree names the true capital alone, and
+    cf_capitals_former_agree names the counterfactual city as a belief the passage corrects, the
+    mirror of the _former passage."""
+    for base, twin in AGREE_TWINS.items():
+        assert [i.id for i in build(base, DEFAULT_SEED)] == [i.id for i in twins[twin]], twin
+        assert {i.dataset for i in twins[twin]} == {twin}
+    plain, belief = twins["cf_capitals_agree"], twins["cf_capitals_former_agree"]
+    assert not any(contains(i.context, i.counterfactual_answer) for i in plain)
+    assert all(contains(i.context, i.counterfactual_answer) and contains(i.context, i.parametric_answer)
+               for i in belief)
+    assert not {i.context for i in plain} & {i.context for i in belief}

@@ -205,16 +205,16 @@ def test_vllm_refuses_attention_before_any_model_loads(tiny_model, tmp_path, cap
 
 def test_attention_is_a_setting_only_of_the_tasks_it_measures(tmp_path):
     from cf_tasks.registry import task_manager
-    from cf_tasks.sweep import _task_settings
+    from cf_tasks.sweep import task_settings
     from cf_tasks.sweep.store import settings_hash
 
     tm = task_manager()
     tasks = ["cf_capitals", "cf_capitals_closedbook", "cf_suite"]
-    plain, probed = ({t: settings_hash(s) for t, s in _task_settings(
+    plain, probed = ({t: settings_hash(s) for t, s in task_settings(
         SweepConfig(run_dir=tmp_path, tasks=tasks, output_path=tmp_path, limit=2, attention=a), tm).items()}
         for a in (False, True))
     assert plain["cf_capitals_closedbook"] == probed["cf_capitals_closedbook"]
     assert plain["cf_capitals"] != probed["cf_capitals"] and plain["cf_suite"] != probed["cf_suite"]
     # Without --attention the settings are what they were before it existed: stored results stay valid.
-    assert "attention" not in _task_settings(SweepConfig(run_dir=tmp_path, tasks=tasks, output_path=tmp_path,
+    assert "attention" not in task_settings(SweepConfig(run_dir=tmp_path, tasks=tasks, output_path=tmp_path,
                                                          limit=2), tm)["cf_suite"]

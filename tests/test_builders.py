@@ -8,7 +8,7 @@ import pytest
 
 import dataset_builders
 from cf_tasks.text import contains, contains_any
-from dataset_builders import DEFAULT_SEED, build, cf_capitals, tables
+from dataset_builders import DEFAULT_SEED, build, cf_capitals, cf_quotes, tables
 from dataset_builders.common import name_fragments
 from dataset_builders.schema import FIELD_NAMES
 from dataset_builders.serialize import to_jsonl_bytes, to_parquet_bytes
@@ -61,7 +61,7 @@ def test_counts(built):
     assert len(built["cf_bio"]) >= 900
     assert len(built["cf_world_facts"]) >= 800
     assert len({i.relation for i in built["cf_world_facts"]}) >= 7
-    assert len(built["cf_capitals"]) >= 180
+    assert len(built["cf_capitals"]) >= 175  # 178: Micronesia and Nauru have no other city the table vouches for
     assert len(built["cf_quotes"]) >= 300
     countries = tables.countries()
     assert len(built["cf_capitals"]) == len(countries) - len(cf_capitals.excluded_countries())
@@ -149,7 +149,8 @@ def test_quotes_ask_for_another_last_word(built):
         quote = by_id[item.id.removeprefix("cf_quotes-")]
         assert item.counterfactual_answer in quote["alternatives"]
         assert item.parametric_answer == quote["last_word"]
-        assert item.parametric_aliases == quote["last_word_aliases"]
+        endings = [quote["last_word"], *quote["last_word_aliases"]]  # and their other spellings (valor / valour)
+        assert item.parametric_aliases == [*endings[1:], *(v for e in endings for v in cf_quotes.spelling_variants(e))]
         assert item.question + " " + quote["last_word"] == quote["saying"]
         assert item.context == f'Write a quote that ends in the word "{item.counterfactual_answer}":'
 

@@ -78,6 +78,18 @@ def inject_former_capital(items):  # Lagos: a model may answer it from stale kno
                  context=item.context.replace(item.counterfactual_answer, "Lagos"))
 
 
+def inject_largest_city(items):  # Sydney: the answer a model gives for Australia without reading
+    item = _item(items, "Australia")
+    return _edit(items, "Australia", counterfactual_answer="Sydney", counterfactual_aliases=[],
+                 context=item.context.replace(item.counterfactual_answer, "Sydney"))
+
+
+def inject_reversed_move(items):  # "moved the capital from Moscow to Saint Petersburg": 1918 told backwards
+    item = _item(items, "Russia")
+    return _edit(items, "Russia", counterfactual_answer="Saint Petersburg", counterfactual_aliases=[],
+                 context=item.context.replace(item.counterfactual_answer, "Saint Petersburg"))
+
+
 def inject_lowercase_start(items):
     item = items[4]
     return _edit(items, item.subject, context=item.context + " the country is large.")
@@ -93,6 +105,8 @@ CASES = {
     "counterfactual_same_country": ("cf_capitals", inject_foreign_city),
     "former_capital": ("cf_capitals", inject_former_capital),
     "grammar": ("cf_capitals", inject_lowercase_start),
+    "largest_city": ("cf_capitals", inject_largest_city),
+    "reverses_real_move": ("cf_capitals_former", inject_reversed_move),
 }
 
 
@@ -120,7 +134,7 @@ def test_rules_also_guard_the_former_dataset(items, rule):
 @pytest.mark.parametrize("name", DATASETS)
 def test_validated_on_every_team_seed(name, seed):
     built = build_validated(name, seed)
-    assert len(built) >= 180
+    assert len(built) >= 175
     shares = Counter(i.answer_position for i in built)
     assert all(0.25 <= shares[p] / len(built) <= 0.40 for p in ("beginning", "middle", "end"))
 
@@ -129,7 +143,7 @@ def test_versions_move_with_the_task_yaml():
     for module, folder in ((cf_capitals, "cf_capitals"), (cf_capitals_former, "cf_capitals_former")):
         meta = yaml.safe_load((TASKS / folder / f"_{folder}_yaml").read_text())["metadata"]
         assert (meta["dataset"], float(meta["version"])) == (module.NAME, float(module.VERSION))
-    assert (cf_capitals.VERSION, cf_capitals_former.VERSION) == (2, 1)
+    assert (cf_capitals.VERSION, cf_capitals_former.VERSION) == (3, 2)
     variants = sorted(p.name for p in (TASKS / "cf_capitals_former").glob("*.yaml"))
     assert variants == sorted(p.name.replace("cf_capitals", "cf_capitals_former")
                               for p in (TASKS / "cf_capitals").glob("*.yaml"))

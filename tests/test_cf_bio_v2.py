@@ -80,7 +80,35 @@ def inject_nationality_implausible(items):
     return _swap(items, item, replace(item, counterfactual_answer="Pakistani", context=context))
 
 
+def inject_birth_village(items):  # "born in Downe": a village, not a city
+    item = _first(items, "birth_city", lambda i, p: p["birth_country"] == "England")
+    context = item.context.replace(item.counterfactual_answer, "Downe")
+    return _swap(items, item, replace(item, counterfactual_answer="Downe", context=context))
+
+
+def inject_national_work(items):  # "a major US party" in a passage that makes Hillary Clinton Canadian
+    item = _first(items, "nationality", lambda i, p: bool(p["national_works"]))
+    work = PEOPLE[item.subject]["national_works"][0]
+    return _swap(items, item, replace(item, context=item.context + f" The career included {work}."))
+
+
+def inject_nested_nationality(items):  # Shakespeare, English and so British, called Welsh
+    item = _first(items, "nationality", lambda i, p: p["id"] == "william_shakespeare")
+    context = item.context.replace(item.counterfactual_answer, "Welsh")
+    return _swap(items, item, replace(item, counterfactual_answer="Welsh", context=context))
+
+
+def inject_titled_substitute(items):  # "Queen Victoria was one of the best-known American writers"
+    item = _first(items, "person_name", lambda i, p: p["id"] == "harriet_beecher_stowe")
+    context = item.context.replace(item.counterfactual_answer, "Queen Victoria")
+    return _swap(items, item, replace(item, counterfactual_answer="Queen Victoria", context=context))
+
+
 CASES = {
+    "bio_birth_city_is_city": inject_birth_village,
+    "bio_national_work": inject_national_work,
+    "bio_nested_nationality": inject_nested_nationality,
+    "bio_titled_substitute": inject_titled_substitute,
     "bio_nationality_implied": inject_nationality_implied,
     "bio_birth_city_not_born_in": inject_birth_city_not_born_in,
     "bio_birth_city_country": inject_birth_city_country,

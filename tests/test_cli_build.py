@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
@@ -55,9 +56,10 @@ def test_unwritable_output_folder_is_one_line_error(tmp_path, capsys):
 
 
 def test_console_script_runs_as_a_module(tmp_path):
+    # bars that finish within 2 s are not drawn unless the user sets TQDM_DELAY: theirs wins
     proc = subprocess.run(
         [sys.executable, "-m", "cf_tasks.cli", "build", "--dataset", "cf_quotes", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, env={**os.environ, "TQDM_DELAY": "0"},
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "cf_quotes.jsonl").is_file()

@@ -81,3 +81,18 @@ def test_a_failed_write_removes_its_temp_and_keeps_the_old_file(tmp_path, monkey
         atomic_write(target, data)
     assert target.read_bytes() == b"old"
     assert _leftovers(tmp_path) == []
+
+
+def test_atomic_open_streams_into_place_or_leaves_the_old_file(tmp_path):
+    target = tmp_path / "out.jsonl"
+    target.write_bytes(b"old\n")
+    with pytest.raises(RuntimeError):
+        with files.atomic_open(target) as fh:
+            fh.write(b"half")
+            assert target.read_bytes() == b"old\n"  # nothing under the real name while writing
+            raise RuntimeError
+    assert target.read_bytes() == b"old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+    with files.atomic_open(target) as fh:
+        fh.write(b"a\n")
+        fh.write(b"b\n")
+    assert target.read_bytes() == b"a\nb\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]

@@ -273,7 +273,9 @@ def test_sweep_rows_gain_the_knowledge_metrics_and_the_agree_twin(tiny_model, tm
                for line in f.read_text().splitlines()]
     assert len(samples) == LIMIT and all("known_rate" in s for s in samples)
     # The plot: known items in their own line style, the twin's agree_acc as its own line.
-    styles = {c.kwargs["label"]: c.kwargs.get("linestyle", "-") for c in drawn.call_args_list}
+    # (each label ends with its n: "counterfactual_acc (n=3)")
+    styles = {c.kwargs["label"].split(" (n=")[0]: c.kwargs.get("linestyle", "-") for c in drawn.call_args_list}
+    assert all(c.kwargs["label"].endswith(")") and " (n=" in c.kwargs["label"] for c in drawn.call_args_list)
     assert styles["counterfactual_acc"] == styles["parametric_acc"] == "-"
     conditioned = {m: styles[m] for m in KNOWN_METRICS if m in styles}
     assert conditioned and all(style != "-" for style in conditioned.values())
@@ -290,17 +292,25 @@ def test_sweep_rows_gain_the_knowledge_metrics_and_the_agree_twin(tiny_model, tm
 
 
 def test_settings_without_the_probe_keep_the_hash_of_earlier_stores():
-    from cf_tasks.sweep import SweepConfig, _task_settings
+    from cf_tasks.sweep import SweepConfig, task_settings
 
     tm = task_manager()
     cfg = SweepConfig(run_dir=Path("."), tasks=["cf_capitals", "cf_capitals_mc"], output_path=Path("o"), limit=3)
-    on = _task_settings(cfg, tm)
-    off = _task_settings(SweepConfig(**{**cfg.__dict__, "knowledge": False}), tm)
+    on = task_settings(cfg, tm)
+    off = task_settings(SweepConfig(**{**cfg.__dict__, "knowledge": False}), tm)
     assert on["cf_capitals"]["knowledge"] == {"cf_capitals": "cf_capitals_closedbook"}
     # Earlier stores wrote these very keys: a result without the probe keeps its hash.
     assert off["cf_capitals"] == {k: v for k, v in on["cf_capitals"].items() if k != "knowledge"}
     assert "knowledge" not in on["cf_capitals_mc"] and on["cf_capitals_mc"] == off["cf_capitals_mc"]
     # The agreeing twin runs beside its knowledge-conflict task, without the probe.
     assert set(on) == {"cf_capitals", "cf_capitals_mc", "cf_capitals_agree"} and "knowledge" not in on["cf_capitals_agree"]
-    no_twin = _task_settings(SweepConfig(**{**cfg.__dict__, "agree": False}), tm)
+    no_twin = task_settings(SweepConfig(**{**cfg.__dict__, "agree": False}), tm)
     assert set(no_twin) == {"cf_capitals", "cf_capitals_mc"}
+
+
+def test_the_knowledge_conflict_family_is_the_datasets_with_an_agreeing_twin():
+    from cf_tasks.registry import KC_DATASETS, twin_name
+    from dataset_builders import AGREE_TWINS
+
+    assert set(KC_DATASETS) == set(AGREE_TWINS)
+    assert all(AGREE_TWINS[d] == twin_name(d) for d in KC_DATASETS)

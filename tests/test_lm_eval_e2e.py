@@ -84,7 +84,12 @@ def lm_eval_reads_entry_points(monkeypatch):
     import lm_eval.tasks.manager as manager
 
     real_build, builtins, scanned = manager.TaskIndex.build, Path(manager.__file__).parent, []
+    import cf_tasks_autoload  # the start-up hook must not pass for lm-eval's own discovery here
+
+    monkeypatch.setenv(cf_tasks_autoload.OPT_OUT, "1")
     native = indexes_our_tasks(manager.TaskManager(include_defaults=False))  # an lm-eval with #4015
+    monkeypatch.delenv(cf_tasks_autoload.OPT_OUT)
+    monkeypatch.setitem(cf_tasks_autoload._state, "native", None)
 
     def build(paths, **kwargs):
         paths = list(paths)

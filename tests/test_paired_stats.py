@@ -15,8 +15,8 @@ import pytest
 
 from cf_tasks.cli import main
 from cf_tasks.sweep import SweepConfig, rebuild_views, run_sweep, store
-from cf_tasks.sweep.stats import (BOOTSTRAP_RESAMPLES, ITEM_COLUMNS, SUMMARY_COLUMNS, bootstrap_change, mcnemar_exact,
-                                  outcome, paired_change)
+from cf_tasks.sweep.stats import (BOOTSTRAP_RESAMPLES, ITEM_COLUMNS, SELECTION_SEED, SUMMARY_COLUMNS, bootstrap_change,
+                                  holm, mcnemar_exact, outcome, paired_change, split_items)
 from tiny_model import build_full_checkpoint
 
 QUIET = dict(log=lambda *a, **k: None)
@@ -92,7 +92,7 @@ def test_outcome_labels(sample, label):
 
 
 # ---------------------------------------------------------------- a store of known outcomes
-N = 40
+N = 80
 RUN = "/runs/fake"
 
 
@@ -128,16 +128,21 @@ def _put(out, step, task, samples, limit=None, run=RUN):
 
 
 def _hand(by_step):
-    """The summary of one series computed from its samples without cf_tasks: {step: samples}."""
+    """The summary of one series computed from its samples without cf_tasks' tests: {step: samples}.
+    The peak is the earliest highest accuracy on the selection half of the items; the tests use the
+    other half."""
     from scipy.stats import binomtest
 
     steps = sorted(by_step)
+    selection, test = split_items({x["doc"]["id"] for s in steps for x in by_step[s]}, SELECTION_SEED)
     acc = {s: float(np.mean([x["counterfactual_acc"] for x in by_step[s]])) for s in steps}
-    peak = min((s for s in steps if acc[s] == max(acc.values())))  # ties: the earliest
+    chosen = {s: float(np.mean([x["counterfactual_acc"] for x in by_step[s] if x["doc"]["id"] in selection]))
+              for s in steps}
+    peak = min((s for s in steps if chosen[s] == max(chosen.values())))  # ties: the earliest
     first, final = steps[0], steps[-1]
 
     def right(step):
-        return {x["doc"]["id"]: x["counterfactual_acc"] == 1.0 for x in by_step[step]}
+        return {x["doc"]["id"]: x["counterfactual_acc"] == 1.0 for x in by_step[step] if x["doc"]["id"] in test}
 
     def flips(a, b):
         a, b = right(a), right(b)
@@ -145,13 +150,17 @@ def _hand(by_step):
         to_context = sum(1 for i in common if b[i] and not a[i])
         to_parametric = sum(1 for i in common if a[i] and not b[i])
         n = to_context + to_parametric
-        return to_context, to_parametric, (binomtest(to_context, n).pvalue if n else 1.0), len(common)
+        up = binomtest(to_context, n, alternative="greater").pvalue if n else 1.0
+        down = binomtest(to_parametric, n, alternative="greater").pvalue if n else 1.0
+        return to_context, to_parametric, (binomtest(to_context, n).pvalue if n else 1.0), len(common), up, down
 
     fall, rise = flips(peak, final), flips(first, peak)
     return {"first_step": first, "peak_step": peak, "final_step": final, "drop": acc[peak] - acc[final],
             "rise": acc[peak] - acc[first], "flips_to_context": fall[0], "flips_to_parametric": fall[1],
             "mcnemar_p": fall[2], "n_pairs": fall[3], "rise_flips_to_context": rise[0],
-            "rise_flips_to_parametric": rise[1], "rise_mcnemar_p": rise[2], "rise_n_pairs": rise[3]}
+            "rise_flips_to_parametric": rise[1], "rise_mcnemar_p": rise[2], "rise_n_pairs": rise[3],
+            "n_selection_items": len(selection), "n_test_items": len(test), "p_rise": rise[4], "p_fall": fall[5],
+            "p_inversion": max(rise[4], fall[5])}
 
 
 def _check(row, hand):
@@ -163,17 +172,17 @@ def _check(row, hand):
 def fake_store(tmp_path):
     """Three knowledge-conflict series over four checkpoints and the agreeing twins of two.
 
-    cf_bio rises (10 -> 30 of 40 right) and falls (to 12), its twin holds: an inversion.
+    cf_bio rises (20 -> 60 of 80 right) and falls (to 24), its twin holds: an inversion.
     cf_capitals does the same, its twin falls too: a loss of reading.
     cf_quotes moves by a few items (ties at the peak, one item missing at the end): not significant.
     """
     pytest.importorskip("scipy")
     out = tmp_path / "out"
     series = {"cf_bio": {}, "cf_capitals": {}, "cf_quotes": {}}
-    correct = {100: range(10), 200: range(30), 300: range(25), 400: [*range(10), 35, 36]}
+    correct = {100: range(20), 200: range(60), 300: range(50), 400: [*range(20), 70, 71, 72, 73]}
     for step, right in correct.items():
         for task in ("cf_bio", "cf_capitals"):
-            series[task][step] = _put(out, step, task, _samples(task, set(right), parametric=set(range(30, 40))))
+            series[task][step] = _put(out, step, task, _samples(task, set(right), parametric=set(range(60, 80))))
         _put(out, step, "cf_bio_agree", _samples("cf_bio_agree", set(range(32)) - {step % 7}, metric="agree_acc"))
         _put(out, step, "cf_capitals_agree",
              _samples("cf_capitals_agree", set(range(36 if step < 300 else 12)), metric="agree_acc"))
@@ -197,15 +206,23 @@ def test_summary_rows_equal_a_hand_computation_from_the_samples(fake_store):
         assert rows.loc[task, "drop_ci_low"] <= rows.loc[task, "drop"] <= rows.loc[task, "drop_ci_high"]
         assert rows.loc[task, "rise_ci_low"] <= rows.loc[task, "rise"] <= rows.loc[task, "rise_ci_high"]
     bio, capitals, quotes = rows.loc["cf_bio"], rows.loc["cf_capitals"], rows.loc["cf_quotes"]
-    assert (bio["peak_step"], bio["flips_to_parametric"], bio["flips_to_context"]) == (200, 20, 2)
+    _, test = split_items({f"cf_bio-{i:03d}" for i in range(N)}, SELECTION_SEED)
+    tested = {int(i[-3:]) for i in test}
+    assert (bio["peak_step"], bio["flips_to_parametric"], bio["flips_to_context"]) == (
+        200, len(tested & set(range(20, 60))), len(tested & {70, 71, 72, 73}))
+    # Holm over the three tested series: the adjusted p of each from the three p_inversion values
+    assert frame["p_holm"].tolist() == pytest.approx(holm(frame["p_inversion"].tolist()))
+    assert (frame["n_series_tested"] == 3).all() and (frame["selection_seed"] == SELECTION_SEED).all()
+    assert bio["p_holm"] < 0.05 and bio["p_holm"] >= bio["p_inversion"]
     assert bool(bio["inversion"]) and bio["verdict"].startswith("inversion") and "cf_bio_agree holds" in bio["verdict"]
     assert bio["agree_task"] == "cf_bio_agree" and bio["agree_mcnemar_p"] > 0.05
     assert not capitals["inversion"] and capitals["verdict"].startswith("loss of reading")
     assert capitals["agree_drop"] == pytest.approx((36 - 12) / N) and capitals["agree_mcnemar_p"] < 0.05
-    assert quotes["peak_step"] == 200 and quotes["n_pairs"] == N - 1  # ties: the earliest; item 0 missing at 400
+    assert quotes["n_pairs"] == quotes["n_test_items"] - ("cf_quotes-000" in split_items(  # item 0 missing at 400
+        {f"cf_quotes-{i:03d}" for i in range(N)}, SELECTION_SEED)[1])
     assert not quotes["inversion"] and quotes["verdict"].startswith("rise and fall not significant (rise p=")
     assert math.isnan(quotes["agree_mcnemar_p"])  # no cf_quotes_agree rows
-    # the same store, reported at a level that the cf_bio fall (p ~ 1e-4) does not reach
+    # the same store, reported at a level that the cf_bio fall (Holm p ~ 1e-5) does not reach
     assert main(["report", str(out), "--alpha", "1e-6"]) == 0
     strict = pd.read_csv(out / "summary.csv").set_index("series")
     assert not strict.loc["cf_bio", "inversion"] and strict.loc["cf_bio", "alpha"] == 1e-6
@@ -249,12 +266,12 @@ def test_report_items_writes_one_row_per_checkpoint_task_and_item(fake_store, tm
     assert main(["report", str(out), "--output_path", str(merged), "--items"]) == 0
     items = pd.read_csv(merged / "items.csv")
     assert list(items.columns) == list(ITEM_COLUMNS)
-    # 4 checkpoints x (cf_bio, cf_capitals, both twins: 40 items each) + cf_quotes' 40, 40, 40 and 39 items
+    # 4 checkpoints x (cf_bio, cf_capitals, both twins: 80 items each) + cf_quotes' 80, 80, 80 and 79 items
     assert len(items) == 4 * 4 * N + 3 * N + N - 1
     assert set(items["outcome"]) <= {"counterfactual", "parametric", "both", "neither"}
     bio = items[(items.task == "cf_bio") & (items.step == 400)].set_index("item_id")
-    assert bio.loc["cf_bio-035", "outcome"] == "both" and bio.loc["cf_bio-000", "outcome"] == "counterfactual"
-    assert bio.loc["cf_bio-031", "outcome"] == "parametric" and bio.loc["cf_bio-020", "outcome"] == "neither"
+    assert bio.loc["cf_bio-070", "outcome"] == "both" and bio.loc["cf_bio-000", "outcome"] == "counterfactual"
+    assert bio.loc["cf_bio-062", "outcome"] == "parametric" and bio.loc["cf_bio-040", "outcome"] == "neither"
     assert items["known"].isna().all() and items["context_attention"].isna().all()  # not measured here
     first = pd.read_csv(merged / "summary.csv")
     assert first["mcnemar_p"].notna().all()

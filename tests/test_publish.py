@@ -54,7 +54,7 @@ def export_dir(tmp_path_factory):
 
 
 def _dry_run(out: Path, *args: str) -> int:
-    return main(["publish", "--repo-id", REPO, "--dry-run", "--out", str(out), "--quiet", *args])
+    return main(["publish", "--repo_id", REPO, "--dry_run", "--out", str(out), "--quiet", *args])
 
 
 def _card_metadata(path: Path) -> dict:
@@ -131,7 +131,10 @@ def test_card_body_describes_build_counts_seed_and_citation(export_dir):
     for field in FIELD_NAMES:
         assert f"| `{field}` |" in body
     assert f"Seed: **{SEED}**" in body
-    assert f"cf-tasks publish --repo-id {REPO} --seed {SEED}" in body
+    from cf_tasks.scoring import SCORER_VERSION
+
+    assert f"scorer version **{SCORER_VERSION}**" in body
+    assert f"cf-tasks publish --repo_id {REPO} --seed {SEED}" in body
     assert "@inproceedings{goyal2025contextparametric" in body
     assert "Context-Parametric Inversion: Why Instruction Finetuning May Not Actually Improve Context Reliance" in body
     assert "Goyal, Sachin and Baek, Christina and Kolter, J. Zico and Raghunathan, Aditi" in body
@@ -159,7 +162,7 @@ def test_export_is_deterministic(export_dir, tmp_path):
 
 
 def test_dry_run_summary_names_configs(tmp_path, capsys):
-    assert main(["publish", "--repo-id", REPO, "--dry-run", "--out", str(tmp_path)]) == 0
+    assert main(["publish", "--repo_id", REPO, "--dry_run", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for name in DATASETS:
         assert name in out
@@ -247,7 +250,7 @@ def test_a_users_config_with_features_is_kept_as_written():
     # datasets reads a config's `features` into a Features object, which YAML cannot write back.
     mine = {"config_name": "mine", "data_files": "b.csv", "features": [{"name": "x", "dtype": "string"}]}
     existing = yaml.safe_dump({"configs": [mine]}, sort_keys=False)
-    ours = hub._card_text(huggingface_hub.DatasetCardData(configs=[{"config_name": "cf_bio", "data_files": "a"}]), "body")
+    ours = hub.card_text(huggingface_hub.DatasetCardData(configs=[{"config_name": "cf_bio", "data_files": "a"}]), "body")
     merged = hub.merge_card(f"---\n{existing}---\n", ours)
     configs = yaml.safe_load(merged.split("---\n")[1])["configs"]
     assert configs == [{"config_name": "cf_bio", "data_files": "a"}, mine]
@@ -297,7 +300,7 @@ def test_configs_field_that_is_not_a_list_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("repo_id", ["no-slash", "a/b/c", "/name", "org/", "org/bad name", "org/--x"])
 def test_malformed_repo_id_is_one_line_error(repo_id, tmp_path, capsys):
-    assert main(["publish", "--repo-id", repo_id, "--dry-run", "--out", str(tmp_path)]) == 2
+    assert main(["publish", "--repo_id", repo_id, "--dry_run", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert err.startswith(f"cf-tasks: error: invalid repo id {repo_id!r}") and "ORG/NAME" in err
@@ -305,8 +308,8 @@ def test_malformed_repo_id_is_one_line_error(repo_id, tmp_path, capsys):
 
 
 def test_dry_run_needs_out(capsys):
-    assert main(["publish", "--repo-id", REPO, "--dry-run"]) == 2
-    assert "--dry-run needs --out" in capsys.readouterr().err
+    assert main(["publish", "--repo_id", REPO, "--dry_run"]) == 2
+    assert "--dry_run needs --out" in capsys.readouterr().err
 
 
 def test_missing_token_is_one_line_error_before_any_work(monkeypatch, tmp_path, capsys):
@@ -314,7 +317,7 @@ def test_missing_token_is_one_line_error_before_any_work(monkeypatch, tmp_path, 
     calls = []
     monkeypatch.setattr(hub, "export", lambda *a, **k: calls.append("export"))
     monkeypatch.setattr(HfApi, "create_repo", lambda *a, **k: calls.append("create_repo"))
-    assert main(["publish", "--repo-id", REPO, "--out", str(tmp_path)]) == 2
+    assert main(["publish", "--repo_id", REPO, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no Hugging Face token" in err and "HF_TOKEN" in err
     assert calls == []
@@ -340,6 +343,7 @@ class FakeHub:
             fake.tokens.append(token)
             api.token = token
 
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the fake is the network
         monkeypatch.setattr(HfApi, "__init__", init)
         monkeypatch.setattr(HfApi, "create_repo", self.create_repo)
         monkeypatch.setattr(HfApi, "create_branch", self.create_branch)
@@ -396,7 +400,7 @@ def _assert_no_token(capsys, caplog):
 def test_upload_is_one_commit_with_every_file(token_env, monkeypatch, tmp_path, capsys, caplog):
     caplog.set_level(logging.DEBUG)
     fake = FakeHub(monkeypatch, tmp_path)
-    assert main(["publish", "--repo-id", REPO, "--private", "--seed", str(SEED)]) == 0
+    assert main(["publish", "--repo_id", REPO, "--private", "--seed", str(SEED)]) == 0
     assert fake.tokens == [TOKEN]
     names = [c[0] for c in fake.calls]
     assert names == ["create_repo", "dataset_info", "hf_hub_download", "create_commit"]
@@ -414,7 +418,7 @@ def test_upload_is_one_commit_with_every_file(token_env, monkeypatch, tmp_path, 
 
 def test_upload_merges_the_remote_card(token_env, monkeypatch, tmp_path, capsys, caplog):
     fake = FakeHub(monkeypatch, tmp_path, remote_card=USER_CARD)
-    assert main(["publish", "--repo-id", REPO, "--revision", "v-branch", "--quiet"]) == 0
+    assert main(["publish", "--repo_id", REPO, "--revision", "v-branch", "--quiet"]) == 0
     assert ("create_branch", {"repo_id": REPO, "branch": "v-branch", "repo_type": "dataset", "exist_ok": True}) \
         in fake.calls
     meta = DatasetCard(dict(fake.operations)["README.md"].decode()).data.to_dict()
@@ -429,7 +433,7 @@ def test_refused_upload_is_one_line_error_without_the_token(step, token_env, mon
     # A server message that echoes the token must not leak it either.
     error = _http_error(403, f"403 Forbidden: token {TOKEN} cannot write to my-org\nrequest id: 1")
     fake = FakeHub(monkeypatch, tmp_path, refuse=(step, error))
-    assert main(["publish", "--repo-id", REPO]) == 2
+    assert main(["publish", "--repo_id", REPO]) == 2
     err = _assert_no_token(capsys, caplog).err.strip().splitlines()[-1]
     assert err.startswith("cf-tasks: error: could not ") and "HTTP 403" in err and "write access" in err
     if step != "create_commit":
@@ -438,9 +442,22 @@ def test_refused_upload_is_one_line_error_without_the_token(step, token_env, mon
 
 def test_offline_hub_is_one_line_error(token_env, monkeypatch, tmp_path, capsys, caplog):
     FakeHub(monkeypatch, tmp_path, refuse=("create_repo", huggingface_hub.errors.OfflineModeIsEnabled("offline")))
-    assert main(["publish", "--repo-id", REPO, "--quiet"]) == 2
+    assert main(["publish", "--repo_id", REPO, "--quiet"]) == 2
     err = _assert_no_token(capsys, caplog).err.strip()
     assert err.count("\n") == 0 and "HF_HUB_OFFLINE" in err
+
+
+def test_hub_switched_off_is_said_before_any_dataset_is_built(token_env, monkeypatch, capsys, caplog):
+    from unittest import mock
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    export = mock.create_autospec(hub.export)
+    monkeypatch.setattr(hub, "export", export)
+    assert main(["publish", "--repo-id", REPO]) == 2
+    err = _assert_no_token(capsys, caplog).err.strip()
+    assert err == ("cf-tasks: error: the Hugging Face Hub is switched off (HF_HUB_OFFLINE is set); unset HF_HUB_OFFLINE "
+                   "to publish, or export with --dry-run --out DIR")
+    export.assert_not_called()
 
 
 def test_redact_hides_token_shaped_text():
@@ -483,7 +500,7 @@ def test_branch_names_are_refused_and_tags_accepted(monkeypatch):
     ref = lambda name, kind: type("Ref", (), {"name": name, "ref": f"refs/{kind}/{name}"})()  # noqa: E731
     refs = type("Refs", (), {"branches": [ref("main", "heads"), ref("dev", "heads")], "tags": [ref("v1", "tags")]})()
     monkeypatch.setattr(HfApi, "list_repo_refs", lambda self, *a, **k: refs)
-    hub._refs.cache_clear()
+    hub.repo_refs.cache_clear()
     hub.check_pinned(REPO, "v1")
     hub.check_pinned(REPO, "0123456789abcdef0123456789abcdef01234567")
     with pytest.raises(hub.PublishError, match="is a branch, which can move"):

@@ -61,8 +61,9 @@ def test_every_alternative_of_the_table_passes_every_rule(quotes):
     items = [
         replace(template, id=f"{q['id']}/{word}", subject=q["saying"], question=q["saying"].rsplit(" ", 1)[0],
                 context=cf_quotes.INSTRUCTION.format(word=word), counterfactual_answer=word,
-                parametric_answer=q["last_word"], parametric_aliases=q["last_word_aliases"])
-        for q in tables.quotes() for word in q["alternatives"]
+                counterfactual_aliases=cf_quotes.spelling_variants(word), parametric_answer=q["last_word"],
+                parametric_aliases=[*q["last_word_aliases"], *cf_quotes.spelling_variants(q["last_word"])])
+        for q in tables.quotes() if q["id"] not in cf_quotes.ambiguous_quotes() for word in q["alternatives"]
     ]
     assert failures(items) == []
 
@@ -71,6 +72,21 @@ def test_variant_endings_count_as_the_memorised_answer(quotes):
     assert _quote(quotes, "fortune_favors_the_bold").parametric_aliases == ["brave"]
     assert set(_quote(quotes, "he_who_laughs_last").parametric_aliases) == {"longest", "loudest"}
     assert not {"Money talks", "Opposites attract", "Love is blind"} & {i.subject for i in quotes}
+
+
+def test_ambiguous_saying_is_caught(quotes):  # "A piece of" cake, advice, work
+    item = quotes[0]
+    piece = replace(item, subject="A piece of cake", question="A piece of", parametric_answer="cake")
+    _hit(_swap(quotes, item, piece), "quote_ambiguous_ending", item.id)
+    assert not {"A piece of cake", "The night is young", "Time is a great healer"} & {i.subject for i in quotes}
+
+
+def test_us_spelling_without_its_uk_alias_is_caught(quotes):
+    item = _quote(quotes, "discretion_is_the_better")
+    assert item.parametric_answer == "valor" and "valour" in item.parametric_aliases
+    _hit(_swap(quotes, item, replace(item, parametric_aliases=[])), "quote_spelling_variant", item.id)
+    assert "neighbours" in _quote(quotes, "good_fences_make_good").parametric_aliases
+    assert "offence" in _quote(quotes, "the_best_defense_is").parametric_aliases
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -129,6 +145,22 @@ def test_pair_showing_a_container_of_the_river_mouth_is_caught(ic_cf, monkeypatc
     _use_tables(monkeypatch, relations=relations)
     assert ic_recall_cf.extra_answers("river_mouth", subject) == ["the Middle Sea", shown]
     _hit(ic_cf, "ic_pair_true", item.id)
+
+
+@pytest.mark.parametrize("name", ["ic_recall", "ic_recall_cf"])
+def test_pair_of_a_recent_change_is_caught(name):  # Equatorial Guinea's capital moved in 2026
+    items = build(name, DEFAULT_SEED)
+    assert failures(items) == []
+    assert ic_recall.recently_changed("country_capital", "Equatorial Guinea")
+    assert not ic_recall.recently_changed("country_capital", "France")
+    changed = {"country_capital": "Equatorial Guinea", "country_currency": "Bulgaria", "country_language": "Mali"}
+    assert not any(subject in i.context + i.question for i in items for r, subject in changed.items()
+                   if i.relation == r)
+    item = next(i for i in items if i.relation in changed)
+    lines = item.context.split("\n")
+    stale_line = f"{changed[item.relation]}: " + lines[-1].split(": ", 1)[1]
+    stale = replace(item, context="\n".join([*lines[:-1], stale_line]))
+    _hit(_swap(items, item, stale), "ic_recent_fact", item.id)
 
 
 def test_true_pairs_of_the_issue_are_recognised():

@@ -5,6 +5,7 @@ import importlib.metadata
 import inspect
 
 import pytest
+from lm_eval.api.task import ConfigurableTask, Task
 from lm_eval.models.huggingface import HFLM
 
 from cf_tasks.sweep import SweepError, upstream
@@ -45,3 +46,31 @@ def test_params_and_uses_read_the_real_code():
 
     assert upstream.params(generate) == ["self", "context", "*args", "stop", "**kwargs"]
     assert upstream.uses(generate, "model", "generate") and not upstream.uses(generate, "lora_request")
+
+
+@pytest.mark.parametrize("change", ["doc_to_text without its doc_to_text argument",
+                                    "construct_requests without **kwargs",
+                                    "fewshot_context not rendering through doc_to_text",
+                                    "build_all_requests not handing the context to construct_requests",
+                                    "ConfigurableTask without config"])
+def test_a_changed_task_hook_of_the_known_tasks_is_one_line(monkeypatch, change):
+    """KnownTask (the <task>_known tasks) returns two prompts where lm-eval expects one: the lm-eval
+    code that lets it do so is checked like the sweep's own hooks."""
+    if change == "doc_to_text without its doc_to_text argument":
+        without(monkeypatch, ConfigurableTask.doc_to_text, "doc_to_text")
+    elif change == "construct_requests without **kwargs":
+        without(monkeypatch, ConfigurableTask.construct_requests, "kwargs")
+    elif change == "fewshot_context not rendering through doc_to_text":
+        monkeypatch.setattr(ConfigurableTask, "fewshot_context", lambda self, doc, num_fewshot, **kwargs: doc["text"])
+    elif change == "build_all_requests not handing the context to construct_requests":
+        monkeypatch.setattr(Task, "build_all_requests", lambda self, **kwargs: self.requests_from(kwargs))
+    else:
+        without(monkeypatch, ConfigurableTask.__init__, "config")
+    with pytest.raises(SweepError) as info:
+        upstream.check("hf")
+    line = str(info.value)
+    version = importlib.metadata.version("lm-eval")
+    assert "\n" not in line
+    assert line.startswith(f"lm-eval {version} does not have ")
+    assert "which the <task>_known tasks (two prompts per item) rely on" in line
+    assert f'pip install "lm-eval{upstream.TESTED["lm-eval"]}"' in line

@@ -95,7 +95,36 @@ def inject_museum_outside_period(items):  # a 1931 Dalí in the Mauritshuis (Dut
                    counterfactual_answer="the Mauritshuis", counterfactual_aliases=["Mauritshuis"])
 
 
+def inject_container_accepted(items):  # the English Channel for the Thames, with the Atlantic still a true alias
+    item = next(i for i in items if i.subject == "the Thames")
+    return _inject(items, item, counterfactual_answer="the English Channel", counterfactual_aliases=["English Channel"],
+                   context=item.context.replace(item.counterfactual_answer, "the English Channel"),
+                   parametric_aliases=[*item.parametric_aliases, "the Atlantic Ocean"])
+
+
+def inject_name_gives_answer(items):  # the AK-47 (Avtomat Kalashnikova) by Richard Arkwright
+    item = items[0]
+    return _inject(items, item, relation="invention_inventor", subject="the AK-47",
+                   parametric_answer="Mikhail Kalashnikov", parametric_aliases=["Kalashnikov"])
+
+
+def inject_answer_only_implied(items):  # "Visitors to Rome rarely leave without seeing the Eiffel Tower."
+    item = next(i for i in items if i.relation == "landmark_city")
+    others = [s for s in cf_world_facts.sentences(item.context) if not contains_any(s, [item.counterfactual_answer])]
+    implied = f"Visitors to {item.counterfactual_answer} rarely leave without seeing {item.subject}."
+    return _inject(items, item, context=" ".join([*others, implied]))
+
+
+def inject_moved_abroad(items):  # Nokia from Espoo to Stockholm
+    return _inject(items, next(i for i in items if i.subject == "Nokia"), counterfactual_answer="Stockholm",
+                   counterfactual_aliases=[])
+
+
 CASES = {
+    "container_not_true_answer": [inject_container_accepted],
+    "name_gives_answer": [inject_name_gives_answer],
+    "answer_stated": [inject_answer_only_implied],
+    "headquarters_same_country": [inject_moved_abroad],
     "creator_in_time": [inject_creator_outside_time, inject_inventor_long_dead],
     "counterfactual_not_true": [inject_container_of_truth, inject_part_of_truth, inject_same_metro_area],
     "counterfactual_in_region": [inject_mouth_outside_region],
@@ -176,6 +205,7 @@ def test_a_subject_whose_name_places_it_gets_no_counterfactual():
     from dataset_builders import build, tables
 
     flagged = {f["subject"] for r in tables.relations() for f in r["facts"] if f.get("name_implies_answer")}
-    assert {"Westminster Abbey", "the Hollywood Sign", "the Louvre Pyramid"} <= flagged
+    assert {"Westminster Abbey", "the Hollywood Sign", "the Louvre Pyramid", "India Gate", "the CN Tower",
+            "the AK-47"} <= flagged
     for name in ("cf_world_facts", "cf_world_facts_former"):
         assert not {i.subject for i in build(name, 1234)} & flagged, name

@@ -14,6 +14,7 @@ settings, written once; any number of processes may share the folder. ``sweep.cs
 
 One module per job: ``plan`` (checks, settings, the loop), ``store`` (results, claims, temp files),
 ``views`` (tables, plot, summary, ``report``), ``stats`` (paired tests across checkpoints, items.csv),
+``rescore`` (results rescored from their stored samples after a scorer change, no model loaded),
 ``hf`` and ``vllm`` (the backends), ``model_args`` (``--model_args``: checks, defaults, the checkpoint's
 dtype), ``groups`` (LoRA adapters generated together), ``config`` (``SweepConfig``, ``SweepError``).
 """
@@ -21,16 +22,17 @@ dtype), ``groups`` (LoRA adapters generated together), ``config`` (``SweepConfig
 from .config import LOCK_TIMEOUT, SweepConfig, SweepError
 from .hf import HFBackend
 from .model_args import CPU_MEMORY_UTILIZATION, checkpoint_dtype, parse_model_args, sweep_model_args
-from .plan import REQUIRED_PACKAGES, _task_settings, make_backend, run_sweep, shard_from_env, vllm_available
+from .plan import REQUIRED_PACKAGES, make_backend, run_sweep, shard_from_env, task_settings, vllm_available
 from .stats import ALPHA, check_alpha, item_rows
 from .store import split_results
 from .views import MANIFEST, SWEEP_COLUMNS, format_summary, plot, rebuild_views, report, summarize, sweep_rows, write_outputs
 
 __all__ = [
     "CPU_MEMORY_UTILIZATION", "HFBackend", "LOCK_TIMEOUT", "MANIFEST", "REQUIRED_PACKAGES", "SWEEP_COLUMNS",
-    "SweepConfig", "SweepError", "VLLMBackend", "_task_settings", "checkpoint_dtype", "format_summary",
+    "SweepConfig", "SweepError", "VLLMBackend", "checkpoint_dtype", "format_summary",
     "import_lm_eval_vllm", "make_backend", "parse_model_args", "plot", "rebuild_views", "report", "run_sweep",
-    "shard_from_env", "split_results", "summarize", "sweep_model_args", "sweep_rows", "vllm_available", "write_outputs",
+    "shard_from_env", "split_results", "summarize", "sweep_model_args", "sweep_rows", "task_settings", "vllm_available",
+    "write_outputs",
     "ALPHA", "check_alpha", "item_rows",
 ]
 

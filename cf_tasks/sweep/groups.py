@@ -17,7 +17,7 @@ from typing import Any
 from ..checkpoints import Checkpoint, check_weights
 
 
-def _generation_key(context, max_length: int, stop, kwargs: dict) -> tuple:
+def generation_key(context, max_length: int, stop, kwargs: dict) -> tuple:
     """Identifies one lm-eval generation batch: the same key means the same prompts, padding and
     decoding settings, so the answer of another adapter computed earlier can be reused."""
     digest = hashlib.sha256(context.cpu().numpy().tobytes())
@@ -28,7 +28,7 @@ def _generation_key(context, max_length: int, stop, kwargs: dict) -> tuple:
     return (tuple(context.shape), digest.hexdigest(), max_length, tuple(stop or ()), tuple(rest))
 
 
-class _GroupedGeneration:
+class GroupedGeneration:
     """What the hf and vLLM wrappers share: the adapter being scored (``active``), the group's
     adapters still to score (``waiting``), and the rows generated for them ahead of their turn
     (``gen_cache``, keyed by adapter name and the exact batch)."""
@@ -58,7 +58,7 @@ class _GroupedGeneration:
             print(f"cf-tasks: generating LoRA adapters together failed ({type(err).__name__}: {reason}); "
                   "generating each adapter on its own (pass --lora_group 1 to skip the attempt)", file=sys.stderr)
             self.group_failed = True
-            _free_memory()
+            free_memory()
             return alone()
         for name, chunk in zip(names[1:], chunks[1:]):
             self.gen_cache[(name, key)] = chunk
@@ -76,7 +76,7 @@ def _groupable(ckpt: Checkpoint) -> bool:
     return str(config.get("peft_type", "LORA")).upper() == "LORA" and not config.get("use_dora")
 
 
-class _AdapterGroups:
+class AdapterGroups:
     """Bookkeeping shared by the backends for generating LoRA adapters in groups: ``pending`` is
     the adapters still to score, in order; ``adapter_names`` maps the loaded group's paths to
     the names the model wrapper (``lm.active`` / ``lm.waiting`` / ``lm.gen_cache``) uses."""
@@ -119,7 +119,7 @@ class _AdapterGroups:
 
 
 
-def _free_memory() -> None:
+def free_memory() -> None:
     import gc
 
     gc.collect()

@@ -1,5 +1,10 @@
 """The transformers backend: one HFLM model object; adapters attached with peft, full checkpoints'
-weights swapped in when the config and tokenizer match (otherwise loaded fresh)."""
+weights swapped in when the config and tokenizer match (otherwise loaded fresh).
+
+A full checkpoint must hold every weight of its model but those tied to another it holds (the
+output head of a model with ``tie_word_embeddings``): a missing one would keep the previous
+checkpoint's value after a swap, or a random one after a fresh load. Such a checkpoint is refused
+(``CheckpointError``), never scored."""
 
 from __future__ import annotations
 
@@ -9,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..checkpoints import Checkpoint
+from ..checkpoints import Checkpoint, CheckpointError, same_config, same_tokenizer, tensor_names
 from .decode import can_merge, can_segment, generate_batches, generate_dropping_finished
-from .groups import _AdapterGroups, _free_memory, _generation_key, _GroupedGeneration
+from .groups import AdapterGroups, GroupedGeneration, free_memory, generation_key
 from .model_args import sweep_model_args
 
 if TYPE_CHECKING:
@@ -35,7 +40,7 @@ def _sweep_hflm_class():
     """
     from lm_eval.models.huggingface import HFLM
 
-    class SweepHFLM(_GroupedGeneration, HFLM):
+    class SweepHFLM(GroupedGeneration, HFLM):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._init_groups()
@@ -82,7 +87,7 @@ def _sweep_hflm_class():
                 print(f"cf-tasks: generating several batches of the LoRA group at once failed ({type(err).__name__}: "
                       f"{reason}); generating one batch at a time", file=sys.stderr)
                 self._ahead_failed = True
-                _free_memory()
+                free_memory()
             finally:
                 self._recorded = None
             try:
@@ -93,7 +98,7 @@ def _sweep_hflm_class():
         def _generate_ahead(self, recorded: list, names: list[str]) -> None:
             runs: list[tuple[tuple, list[dict]]] = []  # (what the batches share, the batches)
             for context, max_length, stop, kwargs in recorded:
-                key = _generation_key(context, max_length, stop, kwargs)
+                key = generation_key(context, max_length, stop, kwargs)
                 if (self.active, key) in self.gen_cache:
                     continue  # generated earlier, with an adapter scored before this one
                 settings = self._greedy_settings(kwargs)
@@ -107,14 +112,21 @@ def _sweep_hflm_class():
                     runs[-1][1].append(spec)
                 else:
                     runs.append((same, [spec]))
-            for _, run in runs:
-                outputs = generate_batches(self.model, run, names, self.tok_decode, self.tokenizer.pad_token_id,
-                                           stats=self.decode_stats)
-                for spec, outs in zip(run, outputs):
-                    self._ahead[spec["key"]] = outs[0]
-                    for name, out in zip(names[1:], outs[1:]):
-                        self.gen_cache[(name, spec["key"])] = out
-                    self.stats["group_batches"] = self.stats.get("group_batches", 0) + 1
+            from tqdm import tqdm
+
+            # lm-eval's own bar fills only afterwards (its answers are ready by then): this is where the time goes.
+            total = sum(spec["context"].shape[0] for _, run in runs for spec in run) * len(names)
+            with tqdm(total=total, desc=f"generating for {len(names)} checkpoints together", unit="answer",
+                      disable=not total) as bar:
+                for _, run in runs:
+                    outputs = generate_batches(self.model, run, names, self.tok_decode, self.tokenizer.pad_token_id,
+                                               stats=self.decode_stats)
+                    for spec, outs in zip(run, outputs):
+                        self._ahead[spec["key"]] = outs[0]
+                        for name, out in zip(names[1:], outs[1:]):
+                            self.gen_cache[(name, spec["key"])] = out
+                        self.stats["group_batches"] = self.stats.get("group_batches", 0) + 1
+                        bar.update(spec["context"].shape[0] * len(names))
 
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
             if self._recorded is not None:  # listing lm-eval's batches: nothing is generated
@@ -126,7 +138,7 @@ def _sweep_hflm_class():
 
             if self.active is None or generation_kwargs.get("do_sample"):
                 return alone()  # sampled rows would draw from each other's random streams
-            key = _generation_key(context, max_length, stop, generation_kwargs)
+            key = generation_key(context, max_length, stop, generation_kwargs)
             if key in self._ahead:
                 return self._ahead.pop(key)
 
@@ -154,7 +166,7 @@ def _sweep_hflm_class():
 
 
 
-class HFBackend(_AdapterGroups):
+class HFBackend(AdapterGroups):
     """transformers through lm-eval's HFLM; one model object, weights and adapters swapped in.
 
     LoRA adapters of the same base are loaded ``lora_group`` at a time into one peft model and
@@ -188,18 +200,26 @@ class HFBackend(_AdapterGroups):
 
     def _full(self, ckpt: Checkpoint):
         # The loaded model keeps its tokenizer: swap weights only under the same one.
-        if self.lm is not None and _same_config(self.loaded_from, ckpt.path) and _same_tokenizer(self.loaded_from, ckpt.path):
+        if self.lm is not None and same_config(self.loaded_from, ckpt.path) and same_tokenizer(self.loaded_from, ckpt.path):
             self._unwrap_peft()
             state = _load_state_dict(ckpt)
-            missing, unexpected = self.lm.model.load_state_dict(state, strict=False)
-            tied = {k for k in missing if "lm_head" in k}  # tied embeddings are not saved
-            if set(missing) - tied or unexpected:
+            expected = self.lm.model.state_dict()
+            if set(state) - set(expected):  # other names (another layout): transformers maps them on a fresh load
                 self._new_lm(str(ckpt.path))
             else:
+                _refuse_missing(ckpt, self.lm.model, set(state))  # before any weight changes
+                self.lm.model.load_state_dict(state, strict=False)
                 self.loaded_from = str(ckpt.path)
                 self.swaps += 1
+                return self.lm
         else:
             self._new_lm(str(ckpt.path))
+        names = _checkpoint_tensor_names(ckpt)
+        try:
+            _refuse_missing(ckpt, self.lm.model, names)
+        except CheckpointError:
+            self.loaded_from = None  # its random weights are never swapped over
+            raise
         return self.lm
 
     def _lora(self, ckpt: Checkpoint):
@@ -269,56 +289,44 @@ class HFBackend(_AdapterGroups):
 
 
 
-CONFIG_KEYS_THAT_MAY_DIFFER = ("_name_or_path", "transformers_version")
+def _untied_missing(model, names: set[str]) -> list[str]:
+    """The weights of ``model`` that a checkpoint holding the tensors ``names`` lacks, but those tied
+    to one it holds. A name may also lack the base model's prefix (``model.``), as transformers
+    reads it."""
+    import re
+
+    # Parameters only (a buffer is rebuilt by the model); tied names share one tensor.
+    expected = dict(model.named_parameters(remove_duplicate=False))
+    prefix = f"{getattr(model, 'base_model_prefix', '')}."
+    ignored = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]
+
+    def held(key: str) -> bool:
+        return key in names or (prefix != "." and key.startswith(prefix) and key[len(prefix):] in names)
+
+    loaded = {id(t) for k, t in expected.items() if held(k)}
+    return sorted(k for k, t in expected.items()
+                  if not held(k) and id(t) not in loaded and not any(p.search(k) for p in ignored))
 
 
-def _same_config(old: str | Path | None, new: Path) -> bool:
-    """Two model folders with the same config.json, but for bookkeeping keys: a loaded model or
-    engine keeps the old one's RoPE, context length and the rest, so anything else forces a
-    fresh load."""
+def _refuse_missing(ckpt: Checkpoint, model, names: set[str] | None) -> None:
+    missing = _untied_missing(model, names) if names is not None else []
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        tie = getattr(getattr(model, "config", None), "tie_word_embeddings", None)
+        why = " (its config.json has tie_word_embeddings false)" if tie is False and any("lm_head" in k for k in missing) else ""
+        raise CheckpointError(f"{ckpt.files[0] if ckpt.files else ckpt.path}: lacks {shown}, which the model does not tie "
+                              f"to another weight{why}; re-save the checkpoint with all its weights")
+
+
+def _checkpoint_tensor_names(ckpt: Checkpoint) -> set[str] | None:
+    """The tensor names of a full checkpoint (headers only for safetensors); None if unreadable."""
+    names = tensor_names(ckpt.path)
+    if names is not None or not ckpt.files or ckpt.files[0].suffix == ".safetensors":
+        return names
     try:
-        a = json.loads((Path(old) / "config.json").read_text())
-        b = json.loads((Path(new) / "config.json").read_text())
-    except (OSError, TypeError, json.JSONDecodeError):
-        return False
-    for key in CONFIG_KEYS_THAT_MAY_DIFFER:
-        a.pop(key, None)
-        b.pop(key, None)
-    return a == b
-
-
-def _tensor_names(folder: Path) -> set[str] | None:
-    """The tensor names of a safetensors checkpoint, from the headers; None when not safetensors."""
-    from safetensors import safe_open
-
-    index = folder / "model.safetensors.index.json"
-    try:
-        if index.is_file():
-            return set(json.loads(index.read_text())["weight_map"])
-        with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
-            return set(handle.keys())
-    except Exception:
+        return set(_load_state_dict(ckpt))
+    except Exception:  # the load of the model itself reported it
         return None
-
-
-def _same_tensor_names(old: str | Path | None, new: Path) -> bool:
-    """vLLM keeps the old value of a tensor the new checkpoint lacks: swap only complete sets."""
-    if old is None:
-        return False
-    a, b = _tensor_names(Path(old)), _tensor_names(Path(new))
-    return a is not None and a == b
-
-
-def _same_tokenizer(old: str | Path | None, new: Path) -> bool:
-    """lm-eval's VLLM keeps the tokenizer it was started with: only swap weights under the same one."""
-    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-             "generation_config.json", "chat_template.jinja")
-    for name in names:
-        a, b = Path(old or "") / name, Path(new) / name
-        if a.is_file() != b.is_file() or (a.is_file() and a.read_bytes() != b.read_bytes()):
-            return False
-    return True
-
 
 
 def _load_state_dict(ckpt: Checkpoint) -> dict:

@@ -2,9 +2,11 @@
 sweep loads on top of its checkpoint (``pretrained``, the adapter), with the sweep's defaults.
 
 Checked before any model loads (one ``SweepError`` each): the form, keys the sweep sets itself,
-keys of the other backend, a conflict with ``--device`` / ``--tensor_parallel_size``, and the
-values of the keys the README names. The effective arguments are evaluation settings: they enter
-the store's settings hash, so results under ``dtype=bfloat16`` never mix with ``float32`` ones.
+keys of the other backend, keys lm-eval's model does not take, a conflict with ``--device`` /
+``--tensor_parallel_size``, the values of the keys the README names, and the device (one this
+machine has); ``cf-tasks eval`` makes the same checks with the same functions. The effective
+arguments are evaluation settings: they enter the store's settings hash, so results under
+``dtype=bfloat16`` never mix with ``float32`` ones.
 
 ``dtype`` defaults to ``auto``, the checkpoint's own dtype on both backends. transformers loads
 ``auto`` that way; vLLM's own ``auto`` casts a float32 checkpoint to 16 bits, so the vLLM backend
@@ -13,9 +15,13 @@ passes the dtype read from the checkpoint (``checkpoint_dtype``) instead.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib.metadata
+import inspect
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +56,11 @@ BOOLS = ("enforce_eager", "trust_remote_code")
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 EXAMPLE = "pass e.g. --model_args dtype=bfloat16,max_model_len=4096"
+# Keys lm-eval's HFLM passes on to transformers' from_pretrained (beyond its own parameters).
+HF_FROM_PRETRAINED = ("attn_implementation", "low_cpu_mem_usage", "load_in_8bit", "load_in_4bit",
+                      "quantization_config", "use_safetensors", "variant", "cache_dir", "local_files_only", "token",
+                      "torch_dtype", "device_map", "max_memory", "use_flash_attention_2", "code_revision")
+BATCH_SIZE = re.compile(r"^(auto(:[1-9][0-9]*)?|[1-9][0-9]*)$", re.ASCII)
 
 
 def parse_model_args(text: str | dict | None) -> dict[str, Any]:
@@ -74,7 +85,8 @@ def parse_model_args(text: str | dict | None) -> dict[str, Any]:
     return args
 
 
-def _check_values(args: dict[str, Any]) -> None:
+def check_values(args: dict[str, Any]) -> None:
+    """The values of the keys this module knows (``dtype``, vLLM's sizes, booleans)."""
     for key, value in args.items():
         bad = None
         if key == "dtype" and str(value) not in DTYPES:
@@ -90,6 +102,72 @@ def _check_values(args: dict[str, Any]) -> None:
             bad = "pass True or False"
         if bad:
             raise SweepError(f"--model_args {key}={value}: {bad}")
+
+
+def _parameters(fn) -> set[str]:
+    return {name for name, p in inspect.signature(fn).parameters.items()
+            if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+
+def known_keys(backend: str) -> set[str] | None:
+    """The ``model_args`` keys lm-eval's model of ``backend`` takes: its own parameters and those it
+    passes on (to transformers' ``from_pretrained``, to vLLM's engine); None where they cannot be
+    listed without the backend installed."""
+    if backend == "hf":
+        from lm_eval.models.huggingface import HFLM
+
+        return _parameters(HFLM.__init__) | set(HF_FROM_PRETRAINED)
+    if backend == "vllm":
+        try:
+            from lm_eval.models.vllm_causallms import VLLM
+            from vllm.engine.arg_utils import EngineArgs
+        except Exception:  # vLLM missing or broken: the package check names it
+            return None
+        return _parameters(VLLM.__init__) | {f.name for f in dataclasses.fields(EngineArgs)} | set(VLLM_ONLY)
+    return None
+
+
+def check_keys(args: dict[str, Any], backend: str) -> None:
+    """Refuse a key lm-eval's model of ``backend`` does not take (it would fail at each load)."""
+    known = known_keys(backend)
+    if known is None:
+        return
+    for key in args:
+        if key in known or (backend == "hf" and key.startswith("bnb_4bit_")):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.7)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise SweepError(f"--model_args {key}: not an argument of lm-eval's {backend} model{hint}; "
+                         "remove or correct it")
+
+
+def check_device(device: str, where: str = "--device") -> None:
+    """Refuse a device that is no device, or one this machine does not have (lm-eval would fail
+    at each model's load, or run elsewhere)."""
+    import torch
+
+    label = f"{where}{device}" if where.endswith("=") else f"{where} {device}"
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, TypeError, ValueError):
+        raise SweepError(f"{label}: not a device; pass cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cpu":
+        return
+    module = torch.backends.mps if dev.type == "mps" else getattr(torch, dev.type, None)
+    available = getattr(module, "is_available", None)
+    if not (callable(available) and available()):
+        fix = "pass cpu" + (" or leave it out" if where == "--device" else "")
+        raise SweepError(f"{label}: this machine has no {dev.type} device; {fix}")
+    count = getattr(module, "device_count", None)
+    if dev.index is not None and callable(count) and dev.index >= count():
+        raise SweepError(f"{label}: this machine has {count()} {dev.type} device(s), numbered from 0; "
+                         f"pass {dev.type}:0")
+
+
+def check_batch_size(value: int | str | None) -> None:
+    """lm-eval's batch sizes: a whole number of at least 1, ``auto`` or ``auto:N``."""
+    if value is not None and not BATCH_SIZE.match(str(value).strip()):
+        raise SweepError(f"--batch_size {value}: pass a whole number of at least 1, auto or auto:N")
 
 
 def vllm_on_cpu() -> bool:
@@ -120,7 +198,8 @@ def sweep_model_args(cfg: SweepConfig) -> dict[str, Any]:
             hint = f" ({HF_ONLY[key]})" if key in HF_ONLY else ""
             raise SweepError(f"--model_args {key}: an argument of --backend {other}, not of --backend {cfg.backend}"
                              f"{hint}; remove it or use --backend {other}")
-    _check_values(given)
+    check_keys(given, cfg.backend)
+    check_values(given)
     args = {**given, "dtype": DTYPES[str(given.get("dtype", "auto"))]}
     if cfg.backend == "hf":
         device = given.get("device")
@@ -130,6 +209,7 @@ def sweep_model_args(cfg: SweepConfig) -> dict[str, Any]:
             from ..evaluate import default_device
 
             args["device"] = cfg.device or default_device()
+        check_device(args["device"], "--device" if device is None else "--model_args device=")
     else:
         tp = given.get("tensor_parallel_size")
         if tp is not None and cfg.tensor_parallel_size is not None and tp != cfg.tensor_parallel_size:

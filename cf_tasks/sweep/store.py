@@ -5,18 +5,37 @@ Layout of a sweep output folder::
     store/<checkpoint id>/<task>/<settings>/   one result, written once: record.json, results.json,
                                                results.csv, samples_<task>.jsonl
     store/<checkpoint id>/where/<place>.json   each run folder and name this content was seen under
-    claims/<checkpoint id>.<settings>.lock     a process scoring that checkpoint now (pid, host, time)
+    digests/<path hash>.json                   a weight file's digest, valid while its size and time stamps hold
+    claims/<checkpoint id>.<settings>.lock     a process scoring that checkpoint now (host, boot id, pid, time)
     failures/<place>.json                      the last failure of a checkpoint folder (retried next run)
+    damaged/<time>/store/...                   store files found damaged (cut short, malformed), set aside
 
-The checkpoint id comes from the checkpoint's content (file names, sizes and a sampled digest), so a
-re-saved checkpoint is a new id, a copied one the same, and same-named checkpoints of two runs never
-collide. A result folder is built under a temporary name and renamed into place; a result that
+The checkpoint id comes from the checkpoint's content (file names, sizes and a 128-bit XXH3 digest of
+every byte of every model file), so a re-saved checkpoint is a new id, a copied one the same, a fine-tune
+that changed one layer a new one, and same-named checkpoints of two runs never collide. A file's
+digest is cached under ``digests/`` keyed by its path, size, modification and change times and inode,
+so a rerun does not read unchanged weights again; a cache entry is written atomically (a
+concurrent writer writes the same bytes) and an unreadable one is recomputed. A result folder is built under a temporary name and renamed into place; a result that
 exists is never replaced, and nothing of another key is touched. Any number of processes (shards,
 Slurm array elements, a ``--watch`` beside a manual run) may share one output folder: each claims a
-checkpoint with a lock file created atomically (``O_CREAT | O_EXCL``); a lock whose process died on
-this host, or that is older than the lock timeout, is taken over. ``sweep.csv`` and the other
-tables are views rebuilt from the store (see ``views.py``). Files are written by
-``cf_tasks.files.atomic_write``; files and folders get the umask's modes.
+checkpoint with a lock file created atomically (``O_CREAT | O_EXCL``) that names its owner: host
+name, boot id (``/proc/sys/kernel/random/boot_id``) and pid. Ownership is proved as follows. On the
+owner's host, the owner is alive while a process of that pid runs and the host has not rebooted since
+(same boot id); otherwise the lock is taken over at once. The owner renews the lock's modification
+time while it scores (a heartbeat every ``HEARTBEAT`` seconds), so a process on another host takes
+over a lock whose time stamp is older than ``STALE_HEARTBEATS`` heartbeats (its owner's host died or
+lost the shared file system), and a lock without a heartbeat (an older cf-tasks) once it is older
+than the lock timeout. A lock file that is empty or unreadable (its writer died or the disk filled
+between creating and writing it) is taken over once it is ``EMPTY_GRACE`` seconds old. ``sweep.csv``
+and the other tables are views rebuilt from the store (see ``views.py``); they read only finished
+result folders, never a temp one. Files are written by ``cf_tasks.files.atomic_write``; files and
+folders get the umask's modes; what leaves the store (the views, ``report``) is a copy of its
+contents, never a link into the store and never with the store's file modes.
+
+A store file that is damaged (a cut-short or malformed ``record.json``, ``results.json``, samples file
+or ``where/`` file) is named in one line and moved under ``damaged/`` (nothing is deleted); the
+result it belonged to is then missing, so the next sweep makes it again: from the set-aside samples
+where they survive (no model loaded), else by scoring the checkpoint again.
 """
 
 from __future__ import annotations
@@ -26,47 +45,76 @@ import hashlib
 import json
 import os
 import shutil
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 from ..files import HOST, atomic_write, tmp_name, tmp_owner
+from ..results import RESULT_KEYS_BY_TASK, group_members
 
 STORE = "store"
 CLAIMS = "claims"
 FAILURES = "failures"
-SMALL_FILE = 4 << 20  # files up to this size are hashed whole
-BLOCK = 64 << 10
-SAMPLED_BLOCKS = 16
-MAX_HEADER = 64 << 20
+DIGESTS = "digests"
+DAMAGED = "damaged"
+CHUNK = 8 << 20  # bytes read per hash update
+DIGEST = "xxh3_128"  # the name of the file digest, stored with each cached digest
 NOT_MODEL_FILES = ("optimizer", "scheduler", "rng_state", "scaler", "trainer_state", "training_args")
 VIEWS_LOCK_TIMEOUT = 120.0
+HEARTBEAT = 30.0  # seconds between renewals of a held claim's time stamp
+STALE_HEARTBEATS = 10  # a claim with a heartbeat not renewed for this many periods is taken over
+EMPTY_GRACE = 10.0  # seconds a claim file may stay empty (created, not yet written)
 
 
 # ---------------------------------------------------------------- identities
-def _file_digest(path: Path, size: int) -> bytes:
-    """The whole content of a small file; for a large one its head (a safetensors file's whole
-    header), ``SAMPLED_BLOCKS`` blocks spread over it and its tail: cheap on multi-GB weights, and
-    re-randomised or re-trained weights change every sampled block."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        if size <= SMALL_FILE:
-            h.update(fh.read())
-            return h.digest()
-        head = BLOCK
-        if path.suffix == ".safetensors":
-            header_len = int.from_bytes(fh.read(8), "little")
-            head = 8 + min(header_len, MAX_HEADER)
-            fh.seek(0)
-        h.update(fh.read(head))
-        for i in range(SAMPLED_BLOCKS + 1):
-            fh.seek(max(0, (size - BLOCK) * i // SAMPLED_BLOCKS))
-            h.update(fh.read(BLOCK))
+def _full_digest(path: Path) -> bytes:
+    """XXH3-128 of every byte of ``path``: about ten times the speed of SHA-256 or BLAKE2b (a fast,
+    non-cryptographic hash is enough to tell checkpoints apart; nobody forges weights to collide)."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while True:
+            n = fh.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
     return h.digest()
 
 
-def folder_identity(folder: Path, extra: str = "") -> str:
-    """A content id of a model folder: its model files' relative names, sizes and digests
+def _stamp(path: Path) -> dict:
+    st = os.stat(path)
+    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
+
+
+def file_digest(path: Path, cache: Path | None = None) -> bytes:
+    """The full digest of ``path``; with ``cache`` (a folder) reused while the file's path, size,
+    modification and change times and inode are those it was computed for."""
+    if cache is None:
+        return _full_digest(path)
+    stamp = _stamp(path)
+    entry = Path(cache) / f"{hashlib.sha256(stamp['path'].encode()).hexdigest()[:32]}.json"
+    try:
+        known = json.loads(entry.read_text())
+        if {k: known.get(k) for k in stamp} == stamp:
+            return bytes.fromhex(known[DIGEST])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # no entry, or one damaged: compute it again
+    digest = _full_digest(path)
+    if _stamp(path) == stamp:  # not rewritten while we read it
+        with contextlib.suppress(OSError):
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            write_json(entry, {**stamp, DIGEST: digest.hex()})
+    return digest
+
+
+def folder_identity(folder: Path, extra: str = "", cache: Path | None = None) -> str:
+    """A content id of a model folder: its model files' relative names, sizes and full digests
     (optimizer and trainer state, hidden and temp files left out)."""
     h = hashlib.sha256(extra.encode())
     for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
@@ -75,20 +123,23 @@ def folder_identity(folder: Path, extra: str = "") -> str:
             continue
         size = f.stat().st_size
         h.update(f"{rel}\0{size}\0".encode())
-        h.update(_file_digest(f, size))
+        h.update(file_digest(f, cache))
     return h.hexdigest()[:24]
 
 
-def checkpoint_identity(path: Path | None, kind: str, base: str | None) -> str:
+def checkpoint_identity(path: Path | None, kind: str, base: str | None, cache: Path | None = None) -> str:
     """The store id of a checkpoint: its content; a LoRA adapter's base model is part of it (the
-    base's content too when it is a local folder)."""
+    base's content too when it is a local folder). ``cache``: an output folder whose ``digests/``
+    keeps the digests of files already read."""
     extra = f"base:{base}" if base else ""
+    digests = Path(cache) / DIGESTS if cache is not None else None
     if kind == "base":
         folder = Path(base or "")
-        return folder_identity(folder, extra) if base and folder.is_dir() else hashlib.sha256(extra.encode()).hexdigest()[:24]
+        return folder_identity(folder, extra, digests) if base and folder.is_dir() else \
+            hashlib.sha256(extra.encode()).hexdigest()[:24]
     if base and Path(base).is_dir():
-        extra += ":" + folder_identity(Path(base))
-    return folder_identity(Path(path), extra)
+        extra += ":" + folder_identity(Path(base), cache=digests)
+    return folder_identity(Path(path), extra, digests)
 
 
 def settings_hash(settings: dict) -> str:
@@ -123,7 +174,7 @@ def _alive(host: str, pid: int) -> bool | None:
 
 def clean_leftovers(out: Path, timeout: float) -> list[Path]:
     """Remove temp files and folders of killed runs: their process is gone from this host, or
-    they are older than ``timeout``. A live writer's temp files are left alone."""
+    they are another host's and older than ``timeout``. A live writer's temp files are left alone."""
     removed = []
     now = time.time()
     for root, dirs, files in os.walk(out):
@@ -136,7 +187,8 @@ def clean_leftovers(out: Path, timeout: float) -> list[Path]:
                 old = now - path.lstat().st_mtime > timeout
             except FileNotFoundError:
                 continue
-            if _alive(*owner) is False or old:
+            alive = _alive(*owner)
+            if alive is False or (old and alive is None):  # a live writer of this host keeps its temps
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path, ignore_errors=True)
                 else:
@@ -152,7 +204,15 @@ def result_dir(out: Path, ckpt_id: str, task: str, settings: str) -> Path:
 
 
 def has_result(out: Path, ckpt_id: str, task: str, settings: str) -> bool:
-    return (result_dir(out, ckpt_id, task, settings) / "record.json").is_file()
+    """Whether the store holds this result whole (a damaged one is set aside: it is missing then)."""
+    folder = result_dir(out, ckpt_id, task, settings)
+    if not (folder / "record.json").is_file():
+        return False
+    reason = result_damage(folder)
+    if reason is None:
+        return True
+    set_aside(out, folder, reason)
+    return (folder / "record.json").is_file()  # still there when it could not be moved
 
 
 def write_result(out: Path, ckpt_id: str, task: str, settings: str, record: dict, results: dict) -> Path:
@@ -186,8 +246,142 @@ def note_place(out: Path, ckpt_id: str, place: dict) -> None:
     write_json(folder / f"{place_hash(place['place'])}.json", {**place, "id": ckpt_id, "seen": time.time()})
 
 
+REQUIRED_RECORD = {"id": str, "task": str, "settings": dict, "settings_hash": str}
+REQUIRED_PLACE = {"place": str, "id": str, "name": str, "seen": (int, float), "step": (int, type(None))}
+_CHECKED: dict[str, tuple] = {}  # result folders found whole, with their files' stamps when checked
+
+
+def _has_fields(obj, required: dict) -> bool:
+    """Whether ``obj`` is a dict whose fields have the ``required`` types."""
+    return isinstance(obj, dict) and all(isinstance(obj.get(k), t) for k, t in required.items())
+
+
+def _stamps(folder: Path) -> tuple:
+    return tuple(sorted((f.name, st.st_size, st.st_mtime_ns, st.st_ino)
+                        for f in folder.iterdir() if (st := f.stat()) and not tmp_owner(f.name)))
+
+
+def _jsonl_damage(path: Path) -> str | None:
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        return "cut short (no line end at its end)"
+    for number, line in enumerate(data.splitlines(), 1):
+        if line.strip():
+            try:
+                if not isinstance(json.loads(line), dict):
+                    return f"line {number} is not a JSON object"
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return f"line {number} is not valid JSON (cut short or malformed)"
+    return None
+
+
+def result_damage(folder: Path) -> str | None:
+    """What is damaged in finished result folder ``folder`` (a file name and why), or None when its
+    record, results and samples files all read (checked once per process while the files stay as they were)."""
+    folder = Path(folder)
+    try:
+        stamps = _stamps(folder)
+    except OSError:
+        return None  # moved away meanwhile (set aside by another process)
+    if _CHECKED.get(str(folder)) == stamps:
+        return None
+    try:
+        record = json.loads((folder / "record.json").read_text())
+        if not _has_fields(record, REQUIRED_RECORD):
+            return "record.json: not a result record (malformed)"
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "record.json: not valid JSON (cut short or malformed)"
+    try:
+        results = json.loads((folder / "results.json").read_text())
+        if not isinstance(results, dict) or not isinstance(results.get("results"), dict):
+            return "results.json: not an lm-eval results object (malformed)"
+    except FileNotFoundError:
+        return "results.json: missing"
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "results.json: not valid JSON (cut short or malformed)"
+    for path in sorted(folder.glob("samples_*.jsonl")):
+        reason = _jsonl_damage(path)
+        if reason:
+            return f"{path.name}: {reason}"
+    _CHECKED[str(folder)] = stamps
+    return None
+
+
+def set_aside(out: Path, path: Path, reason: str, what: str = "its result is made again by the next cf-tasks sweep "
+              "of this output (from its samples where they survive)") -> Path | None:
+    """Move damaged store file or result folder ``path`` under ``<out>/damaged/`` (nothing is deleted)
+    and say so in one line; None when it could not be moved (then it is only named)."""
+    out, path = Path(out), Path(path)
+    try:
+        rel = path.relative_to(out)
+    except ValueError:
+        rel = Path(path.name)
+    dest = out / DAMAGED / time.strftime("%Y%m%dT%H%M%S") / rel
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        while dest.exists():
+            dest = dest.with_name(dest.name + "_")
+        os.rename(path, dest)
+    except FileNotFoundError:
+        return None  # another process set it aside first
+    except OSError as err:
+        print(f"cf-tasks: warning: {path}: damaged ({reason}); left in place ({err.strerror or type(err).__name__}); "
+              "move it away by hand", file=sys.stderr)
+        return None
+    print(f"cf-tasks: warning: {path}: damaged ({reason}); moved to {dest}; {what}", file=sys.stderr)
+    return dest
+
+
+def _finished(ckpt: Path) -> list[Path]:
+    """The finished result folders of a checkpoint id's folder: task/settings/ with a record.json,
+    never a temp folder (a writer's, or a copy a killed process left) nor ``where/``."""
+    found = []
+    for task in sorted(ckpt.iterdir()) if ckpt.is_dir() else ():
+        if task.name == "where" or tmp_owner(task.name) or not task.is_dir():
+            continue
+        for folder in sorted(task.iterdir()):
+            if not tmp_owner(folder.name) and (folder / "record.json").is_file():
+                found.append(folder)
+    return found
+
+
+def _read_record(out: Path, folder: Path) -> dict | None:
+    """A finished result's record (with ``dir``), None when the folder is damaged (then set aside)."""
+    reason = result_damage(folder)
+    if reason is None:
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            return {**json.loads((folder / "record.json").read_text()), "dir": str(folder)}
+        return None
+    set_aside(out, folder, reason)
+    return None
+
+
+def _read_places(out: Path, ckpt: Path) -> list[dict]:
+    places = []
+    for path in sorted((ckpt / "where").glob("*.json")):
+        if tmp_owner(path.name):
+            continue
+        try:
+            place = json.loads(path.read_text())
+            reason = None if _has_fields(place, REQUIRED_PLACE) else "not a place record (malformed)"
+        except FileNotFoundError:
+            continue
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            reason = "not valid JSON (cut short or malformed)"
+        except OSError:
+            reason = "unreadable"
+        if reason:
+            set_aside(out, path, reason, "the next cf-tasks sweep of that run records it again")
+            continue
+        places.append(place)
+    return places
+
+
 def read_store(out: Path) -> tuple[list[dict], list[dict]]:
-    """Every finished result's record (with ``dir``), and every place a checkpoint was seen."""
+    """Every finished result's record (with ``dir``), and every place a checkpoint was seen. Temp
+    folders are never read; damaged files are set aside (``set_aside``)."""
     records, places = [], []
     store = Path(out) / STORE
     if not store.is_dir():
@@ -195,17 +389,43 @@ def read_store(out: Path) -> tuple[list[dict], list[dict]]:
     for ckpt in sorted(store.iterdir()):
         if not ckpt.is_dir() or tmp_owner(ckpt.name):
             continue
-        for path in sorted((ckpt / "where").glob("*.json")):
-            with contextlib.suppress(OSError, json.JSONDecodeError):
-                places.append(json.loads(path.read_text()))
-        for path in sorted(ckpt.glob("*/*/record.json")):
-            if path.parent.parent.name == "where":
-                continue
-            try:
-                records.append({**json.loads(path.read_text()), "dir": str(path.parent)})
-            except (OSError, json.JSONDecodeError):
-                continue  # a record is written last and atomically: unreadable only if damaged by hand
+        places += _read_places(out, ckpt)
+        for folder in _finished(ckpt):
+            record = _read_record(out, folder)
+            if record is not None:
+                records.append(record)
     return records, places
+
+
+def read_results(out: Path, ckpt_id: str) -> list[dict]:
+    """The finished results' records (with ``dir``) of one checkpoint id (damaged ones set aside)."""
+    found = []
+    for folder in _finished(Path(out) / STORE / ckpt_id):
+        record = _read_record(out, folder)
+        if record is not None:
+            found.append(record)
+    return found
+
+
+def damaged_sources(out: Path, ckpt_id: str, task: str, settings: str) -> list[Path]:
+    """Set-aside result folders of this key whose samples files all read (newest first): what a
+    damaged result can be rescored from."""
+    found = []
+    for folder in sorted((Path(out) / DAMAGED).glob(f"*/{STORE}/{ckpt_id}/{_safe(task)}/{settings}*"), reverse=True):
+        samples = sorted(folder.glob("samples_*.jsonl"))
+        with contextlib.suppress(OSError):
+            if samples and not any(_jsonl_damage(p) for p in samples):
+                found.append(folder)
+    return found
+
+
+def _copy_result(src: Path, dest: Path) -> None:
+    """A result folder's files copied into new folder ``dest``: contents only (never a link into the
+    store, never its modes: the copy gets the umask's modes)."""
+    dest.mkdir()
+    for f in sorted(src.iterdir()):
+        if f.is_file() and not tmp_owner(f.name):
+            shutil.copyfile(f, dest / f.name)
 
 
 def merge_store(src: Path, target: Path) -> int:
@@ -219,22 +439,19 @@ def merge_store(src: Path, target: Path) -> int:
     for ckpt in sorted(src_store.iterdir()):
         if not ckpt.is_dir() or tmp_owner(ckpt.name):
             continue
-        for path in sorted((ckpt / "where").glob("*.json")):
-            dest = dst_store / ckpt.name / "where" / path.name
-            if not dest.exists() and not tmp_owner(path.name):
+        for place in _read_places(src, ckpt):
+            dest = dst_store / ckpt.name / "where" / f"{place_hash(place['place'])}.json"
+            if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(dest, path.read_bytes())
-        for record in sorted(ckpt.glob("*/*/record.json")):
-            folder = record.parent
-            if folder.parent.name == "where" or tmp_owner(folder.name):
-                continue
+                write_json(dest, place)
+        for folder in _finished(ckpt):
             dest = dst_store / ckpt.name / folder.parent.name / folder.name
-            if (dest / "record.json").is_file():
-                continue
+            if (dest / "record.json").is_file() or _read_record(src, folder) is None:
+                continue  # there already, or damaged (set aside, never copied)
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(tmp_name(dest.name))
             try:
-                shutil.copytree(folder, tmp)
+                _copy_result(folder, tmp)
                 os.rename(tmp, dest)
                 added += 1
             except OSError:
@@ -279,29 +496,83 @@ class Busy(Exception):
     """Another live process holds the lock."""
 
 
+def _boot_id() -> str:
+    """This host's boot id (Linux): a pid seen under another boot id belongs to a process of a
+    previous boot, gone since."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+BOOT = _boot_id()
+_HELD: set[Path] = set()  # claims this process holds: their time stamps are renewed (the heartbeat)
+_HELD_GUARD = threading.Lock()
+_beating: list[threading.Thread] = []
+
+
+_QUIET = threading.Event()  # never set: its wait() is the heartbeat's sleep, apart from time.sleep
+
+
+def _beat() -> None:
+    while True:
+        _QUIET.wait(HEARTBEAT)
+        with _HELD_GUARD:
+            held = list(_HELD)
+        for path in held:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                if _mine(json.loads(path.read_text())):
+                    os.utime(path)
+
+
+def _hold(path: Path) -> None:
+    with _HELD_GUARD:
+        _HELD.add(path)
+        if not _beating or not _beating[0].is_alive():
+            _beating[:] = [threading.Thread(target=_beat, name="cf-tasks claim heartbeat", daemon=True)]
+            _beating[0].start()
+
+
 def _lock_info() -> bytes:
-    return json.dumps({"pid": os.getpid(), "host": HOST, "time": time.time()}).encode()
+    return json.dumps({"pid": os.getpid(), "host": HOST, "boot": BOOT, "time": time.time(),
+                       "heartbeat": HEARTBEAT}).encode()
+
+
+def _mine(info: dict) -> bool:
+    return info.get("pid") == os.getpid() and info.get("host") == HOST and info.get("boot", BOOT) == BOOT
 
 
 def _stale(path: Path, timeout: float) -> bool:
+    """Whether the owner of lock file ``path`` is gone (see the module's docstring for how)."""
     try:
         age = time.time() - path.stat().st_mtime
         text = path.read_text()
     except FileNotFoundError:
         return True
+    except OSError:
+        return False  # unreadable for now: leave it to its owner
     try:
         info = json.loads(text)
-    except json.JSONDecodeError:  # a taker is writing it right now, or it was cut short
-        info = {}
-    if info.get("pid") == os.getpid() and info.get("host") == HOST:
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        info = None
+    if not isinstance(info, dict) or not isinstance(info.get("pid"), int):
+        return age > min(EMPTY_GRACE, timeout)  # empty or cut short: its writer died or the disk filled
+    if _mine(info):
         return True  # this very process, interrupted before it could remove it
-    alive = _alive(str(info.get("host", "")), int(info.get("pid", -1))) if info.get("pid") else None
-    return alive is False or age > timeout
+    if info.get("host") == HOST:
+        if info.get("boot") and BOOT and info["boot"] != BOOT:
+            return True  # made before this host rebooted
+        return _alive(HOST, info["pid"]) is False or age > timeout
+    beat = info.get("heartbeat")
+    if isinstance(beat, (int, float)) and beat > 0:
+        return age > min(beat * STALE_HEARTBEATS, timeout)
+    return age > timeout
 
 
 def try_lock(path: Path, timeout: float) -> bool:
-    """Create lock file ``path`` atomically; a stale one (its process is gone from this host, or it
-    is older than ``timeout``) is moved aside first. False: a live process holds it."""
+    """Create lock file ``path`` atomically; a stale one (its owner is gone: see the module's
+    docstring) is moved aside first. False: a live process holds it. A lock that cannot be written
+    in full (a full disk) is removed again and the OSError raised."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(3):
         try:
@@ -322,8 +593,17 @@ def try_lock(path: Path, timeout: float) -> bool:
                 return False
             aside.unlink(missing_ok=True)
             continue
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_lock_info())
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(_lock_info())
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException as err:
+            path.unlink(missing_ok=True)  # never leave an empty claim behind
+            if isinstance(err, OSError) and err.filename is None:
+                err.filename = str(path)
+            raise
+        _hold(path)
         return True
     return False
 
@@ -332,9 +612,11 @@ def unlock(path: Path) -> None:
     """Remove our own lock (one a taker replaced stays)."""
     try:
         info = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return
-    if info.get("pid") == os.getpid() and info.get("host") == HOST:
+    except (OSError, ValueError):
+        info = None
+    with _HELD_GUARD:
+        _HELD.discard(path)
+    if isinstance(info, dict) and _mine(info):
         path.unlink(missing_ok=True)
 
 
@@ -358,24 +640,11 @@ def views_lock(out: Path, wait: float = VIEWS_LOCK_TIMEOUT) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------- one result per requested task
-RESULT_KEYS_BY_TASK = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
-                       "n-samples", "samples", "attention")
-
-
-def _members(results: dict, name: str) -> set[str]:
-    found, todo = set(), [name]
-    subtasks = results.get("group_subtasks", {})
-    while todo:
-        t = todo.pop()
-        if t not in found:
-            found.add(t)
-            todo += subtasks.get(t, [])
-    return found
 
 
 def split_results(results: dict, name: str) -> dict:
     """The part of an lm-eval results dict that belongs to requested task (or group) ``name``."""
-    keep = _members(results, name)
+    keep = group_members(results, name)
     part = {k: v for k, v in results.items() if k not in RESULT_KEYS_BY_TASK}
     for key in RESULT_KEYS_BY_TASK:
         if key in results:
@@ -383,7 +652,7 @@ def split_results(results: dict, name: str) -> dict:
     return part
 
 
-def _merge_results(parts: list[dict]) -> dict:
+def merge_results(parts: list[dict]) -> dict:
     merged: dict = {}
     for part in parts:
         for key, value in part.items():

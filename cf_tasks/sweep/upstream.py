@@ -17,6 +17,13 @@ Each is used because no public way does the job in the tested versions (lm-eval 
   ("reload_weights", kwargs={"weights_path": ...})``, the path vLLM documents in its example
   ``examples/offline_inference/skip_loading_weights_in_engine_init.py``; the worker method is no
   versioned API, so a failed reload restarts the engine instead (``vllm.py``).
+- The ``<task>_known`` tasks (``cf_tasks.tasks.KnownTask``, any backend) put two prompts on each
+  item: ``fewshot_context`` returns the list [the task's prompt, the closed-book prompt] where
+  lm-eval expects one prompt string, relying on ``Task.build_all_requests`` to hand that value
+  unchanged to ``construct_requests`` (which KnownTask overrides to make one request per prompt),
+  on ``ConfigurableTask.fewshot_context`` rendering the doc through ``self.doc_to_text`` (which
+  KnownTask switches to the closed-book prompt for the second one), and on the signatures of
+  ``doc_to_text`` and ``construct_requests`` that KnownTask overrides.
 
 ``TESTED`` holds the versions these were tested with (tests/test_packaging.py keeps pyproject.toml
 in step). ``check`` turns a changed shape into one line naming the package, its version and the
@@ -40,6 +47,7 @@ class Hook(NamedTuple):
     package: str  # "lm-eval" or "vllm"
     shape: str  # what the sweep relies on, as the error names it
     holds: Callable[[], bool]
+    relies: str = ""  # who relies on it, as the error says it ("the ... tasks rely"); default: the sweep
 
 
 def params(func) -> list[str]:
@@ -67,6 +75,25 @@ def hf_hooks() -> list[Hook]:
              lambda: params(HFLM._model_generate) == ["self", "context", "max_length", "stop", "**generation_kwargs"]),
         Hook("lm-eval", "HFLM._model_generate calling self.model.generate", lambda: uses(HFLM._model_generate, "model", "generate")),
         Hook("lm-eval", "HFLM.model, a property returning HFLM._model", lambda: _reads_model(HFLM)),
+    ]
+
+
+def known_task_hooks() -> list[Hook]:
+    """What ``KnownTask`` (the ``<task>_known`` tasks) relies on in lm-eval's task classes."""
+    from lm_eval.api.task import ConfigurableTask, Task
+
+    relies = "the <task>_known tasks (two prompts per item) rely"
+    return [
+        Hook("lm-eval", "Task.build_all_requests passing fewshot_context's value as ctx to construct_requests",
+             lambda: uses(Task.build_all_requests, "fewshot_context", "construct_requests"), relies),
+        Hook("lm-eval", "ConfigurableTask.fewshot_context rendering the doc with self.doc_to_text",
+             lambda: uses(ConfigurableTask.fewshot_context, "doc_to_text")
+             and params(ConfigurableTask.fewshot_context)[:3] == ["self", "doc", "num_fewshot"], relies),
+        Hook("lm-eval", "ConfigurableTask.doc_to_text(self, doc, doc_to_text=None)",
+             lambda: params(ConfigurableTask.doc_to_text) == ["self", "doc", "doc_to_text"], relies),
+        Hook("lm-eval", "ConfigurableTask.construct_requests(self, doc, ctx, **kwargs)",
+             lambda: params(ConfigurableTask.construct_requests) == ["self", "doc", "ctx", "**kwargs"], relies),
+        Hook("lm-eval", "ConfigurableTask(config=...)", lambda: "config" in params(ConfigurableTask.__init__), relies),
     ]
 
 
@@ -101,8 +128,9 @@ def installed(package: str) -> tuple[str, str]:
 
 
 def check(backend: str) -> None:
-    """``SweepError`` (one line) when an upstream hook of ``backend`` no longer has its tested shape."""
-    for hook in hf_hooks() if backend == "hf" else vllm_hooks():
+    """``SweepError`` (one line) when an upstream hook of ``backend``, or one the ``_known`` tasks use,
+    no longer has its tested shape."""
+    for hook in [*(hf_hooks() if backend == "hf" else vllm_hooks()), *known_task_hooks()]:
         try:
             holds = hook.holds()
         except (AttributeError, TypeError, ValueError):  # gone, or no longer a plain function
@@ -110,7 +138,8 @@ def check(backend: str) -> None:
         if not holds:
             name, version = installed(hook.package)
             raise SweepError(
-                f"{name} {version} does not have {hook.shape}, which the --backend {backend} sweep relies on; "
+                f"{name} {version} does not have {hook.shape}, which "
+                f"{hook.relies or f'the --backend {backend} sweep relies'} on; "
                 f'pip install "{name}{TESTED[hook.package]}" (the versions cf-tasks is tested with), or a cf-tasks '
                 f"release that supports {name} {version}"
             )

@@ -6,22 +6,24 @@ from __future__ import annotations
 
 import io
 import json
-import os
+import textwrap
 import shutil
 import sys
 from pathlib import Path
 
-from ..files import atomic_write, tmp_name
+from ..files import atomic_write, tmp_name, tmp_owner
 from ..known import AGREE_METRIC, agree_twin
-from ..results import TIDY_COLUMNS, rows_to_csv, tidy_rows
+from ..results import TIDY_COLUMNS, add_item_counts, rows_to_csv, tidy_rows
 from . import store
-from .config import SweepError
+from .config import LOCK_TIMEOUT, SweepError
 from .stats import ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, format_summary, item_rows, summarize
 from .model_args import model_args_string
-from .store import _merge_results
+from .rescore import SCORER_KEY, read_samples, without_scorer
+from .store import merge_results
 
 SWEEP_COLUMNS = ("checkpoint", "step", "task", "metric", "value", "stderr", "n", "backend", "model", "version",
-                 "run", "settings", "limit", "apply_chat_template", "metadata", "model_args", "checkpoint_id")
+                 "scorer_version", "run", "settings", "limit", "apply_chat_template", "metadata", "model_args",
+                 "checkpoint_id")
 MANIFEST = "manifest.json"
 SUMMARY = "summary.csv"
 ITEMS = "items.csv"
@@ -41,7 +43,7 @@ def _current(out: Path) -> tuple[list[tuple[dict, list[dict]]], list[dict]]:
         if place["place"] not in newest or place["seen"] > newest[place["place"]]["seen"]:
             newest[place["place"]] = place
     by_id: dict[str, list[dict]] = {}
-    for record in records:
+    for record in _latest_scorer(records):
         by_id.setdefault(record["id"], []).append(record)
     current = [(place, sorted(by_id.get(place["id"], []), key=lambda r: (r["task"], r["settings_hash"])))
                for place in newest.values()]
@@ -49,9 +51,26 @@ def _current(out: Path) -> tuple[list[tuple[dict, list[dict]]], list[dict]]:
     return current, store.read_failures(out)
 
 
+def _latest_scorer(records: list[dict]) -> list[dict]:
+    """The records less those superseded by a result of the same checkpoint, task and settings
+    scored by a later scorer version (a rescored result replaces the old one in the views; the
+    store keeps both)."""
+    def version(r):
+        return (r["settings"] or {}).get(SCORER_KEY) or 0
+
+    best: dict[tuple, int] = {}
+    keys = []
+    for r in records:
+        key = (r["id"], r["task"], json.dumps(without_scorer(r["settings"] or {}), sort_keys=True, default=str))
+        keys.append(key)
+        best[key] = max(best.get(key, 0), version(r))
+    return [r for r, key in zip(records, keys) if version(r) == best[key]]
+
+
 def _row_settings(record: dict) -> dict:
     s = record["settings"]
-    return {"settings": record["settings_hash"], "limit": s.get("limit"), "apply_chat_template": s.get("apply_chat_template"),
+    return {"settings": record["settings_hash"], "scorer_version": s.get(SCORER_KEY), "limit": s.get("limit"),
+            "apply_chat_template": s.get("apply_chat_template"),
             "metadata": json.dumps(s["metadata"], sort_keys=True) if s.get("metadata") else None,
             "model_args": model_args_string(s.get("model_args"))}
 
@@ -61,6 +80,9 @@ def sweep_rows(out: Path) -> list[dict]:
     for place, records in _current(out)[0]:
         for record in records:
             results = json.loads((Path(record["dir"]) / "results.json").read_text())
+            if "n-items" not in results:  # stored before the counts were kept: count from the samples
+                results["samples"] = read_samples(Path(record["dir"]))
+                add_item_counts(results)
             for row in tidy_rows(results):
                 rows.append({"checkpoint": place["name"], "step": place["step"], "backend": record["settings"]["backend"],
                              "model": place["model"], **row, "run": place["run"], **_row_settings(record),
@@ -89,7 +111,8 @@ def _view_names(current) -> dict[str, str]:
 
 def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
     """checkpoints/<name>/: the checkpoint's newest result per task (merged results.json, the
-    samples files linked from the store). Rebuilt only when its sources changed."""
+    samples files copied from the store: contents only, so that editing the view never changes a
+    stored result). Rebuilt only when its sources changed."""
     parent = out / "checkpoints"
     parent.mkdir(exist_ok=True)
     latest: dict[str, dict] = {}
@@ -100,24 +123,25 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
     final = parent / name
     marker = final / "sources.json"
     try:
-        if json.loads(marker.read_text()) == sources:
-            return
+        if json.loads(marker.read_text()) == sources and all(f.stat().st_nlink == 1 for f in final.iterdir()):
+            return  # up to date (a view of an older cf-tasks with links into the store is rebuilt)
     except (OSError, json.JSONDecodeError):
         pass
     tmp = parent / tmp_name(name)
     tmp.mkdir()
-    parts = []
-    for src in map(Path, sources):
-        parts.append(json.loads((src / "results.json").read_text()))
-        for f in src.glob("samples_*.jsonl"):
-            try:
-                os.link(f, tmp / f.name)
-            except OSError:
+    try:
+        parts = []
+        for src in map(Path, sources):
+            parts.append(json.loads((src / "results.json").read_text()))
+            for f in src.glob("samples_*.jsonl"):
                 shutil.copyfile(f, tmp / f.name)
-    merged = _merge_results(parts)
-    (tmp / "results.json").write_bytes((json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode())
-    (tmp / "results.csv").write_bytes(rows_to_csv(tidy_rows(merged), TIDY_COLUMNS))
-    (tmp / "sources.json").write_text(json.dumps(sources, indent=2) + "\n")
+        merged = merge_results(parts)
+        (tmp / "results.json").write_bytes((json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode())
+        (tmp / "results.csv").write_bytes(rows_to_csv(tidy_rows(merged), TIDY_COLUMNS))
+        (tmp / "sources.json").write_text(json.dumps(sources, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         aside = parent / tmp_name(name)
         final.rename(aside)
@@ -149,7 +173,7 @@ def rebuild_views(out: Path, alpha: float = ALPHA) -> dict:
                 k: failure.get(k) for k in ("name", "step", "path", "run", "kind", "mtime", "model")})
             entry.update(status="failed", error=failure["error"])
         for folder in (out / "checkpoints").glob("*") if (out / "checkpoints").is_dir() else ():
-            if folder.name not in names.values() and (folder / "sources.json").is_file():
+            if folder.name not in names.values() and not tmp_owner(folder.name) and (folder / "sources.json").is_file():
                 shutil.rmtree(folder, ignore_errors=True)  # a view folder whose checkpoint left the view
         store.write_json(out / MANIFEST, manifest)
         rows = sweep_rows(out)
@@ -181,14 +205,30 @@ def label_series(rows: list[dict]) -> None:
     for r in rows:
         kinds.setdefault(r["task"], set()).add((r.get("run") or "", r.get("settings") or ""))
     runs = {r.get("run") or "" for r in rows}
+    labels = run_labels(runs)
     for r in rows:
         label = r["task"]
         if len(kinds[r["task"]]) > 1:
             if len({k[0] for k in kinds[r["task"]]}) > 1 or len(runs) > 1:
-                label += f" [{Path(r.get('run') or '?').name}]"
+                label += f" [{labels[r.get('run') or '']}]"
             if len({k[1] for k in kinds[r["task"]]}) > 1:
                 label += f" [settings {r.get('settings') or '?'}]"
         r["series"] = label
+
+
+def run_labels(runs) -> dict[str, str]:
+    """A short label per run folder: its name, or the shortest end of its path that tells it from
+    the others (``a/run`` and ``b/run`` for two runs named ``run``)."""
+    runs = sorted(set(runs))
+    parts = {run: Path(run or "?").parts or ("?",) for run in runs}
+    labels = {}
+    for run in runs:
+        for depth in range(1, len(parts[run]) + 1):
+            tail = parts[run][-depth:]
+            if not any(other != run and parts[other][-depth:] == tail for other in runs):
+                break
+        labels[run] = "/".join(tail).replace("//", "/") or "?"
+    return labels
 
 
 def _series(rows: list[dict], series: str, metric: str) -> list[tuple[int, float, float]]:
@@ -197,9 +237,32 @@ def _series(rows: list[dict], series: str, metric: str) -> list[tuple[int, float
     return sorted(pts)
 
 
+ERROR_BARS = 1.96  # error bars: value +- 1.96 standard errors, a normal 95% interval
+
+
+def _n_text(rows: list[dict], series: str, metric: str) -> str:
+    ns = sorted({int(r["n"]) for r in rows if r.get("series", r["task"]) == series and r["metric"] == metric
+                 and r.get("n") is not None})
+    return "n=?" if not ns else f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}-{ns[-1]}"
+
+
+def _caption(rows: list[dict]) -> str:
+    """What the figure shows: the model or run, --limit, and what the error bars are."""
+    runs = sorted(set(run_labels({r.get("run") or "" for r in rows}).values()))
+    models = sorted({Path(str(r.get("model") or "?")).name for r in rows if r.get("step") is not None})
+    limits = sorted({"none" if r.get("limit") in (None, "") else f"{float(r['limit']):g}" for r in rows})
+    what = f"run {', '.join(runs)}" if len(runs) <= 2 else f"{len(runs)} runs"
+    if len(models) == 1 and models[0] not in runs:
+        what = f"model {models[0]}, {what}"
+    return (f"{what}; --limit {', '.join(limits)}; n = items each point is computed on; "
+            f"error bars: 95% interval (value \u00b1 {ERROR_BARS} standard errors)")
+
+
 def plot(rows: list[dict], path: Path) -> None:
-    """One panel per cf task series: counterfactual and parametric accuracy against step; standard
-    tasks' accuracy on a second axis."""
+    """One panel per cf task series: counterfactual and parametric accuracy against step, with 95%
+    error bars; standard tasks' accuracy on a second axis. The caption names the run (or model),
+    ``--limit`` and what the error bars are; each line's legend entry gives its n; the legend sits
+    below the panels, so it never covers a point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,27 +271,32 @@ def plot(rows: list[dict], path: Path) -> None:
     def key(r):
         return r.get("series", r["task"])
 
+    def bars(pts):
+        return [ERROR_BARS * p[2] for p in pts]
+
     agree_tasks = {r["task"] for r in rows if r["metric"] == AGREE_METRIC}
     cf_series = sorted({key(r) for r in rows if r["metric"] == "counterfactual_acc" and r["task"] not in agree_tasks})
     cf_tasks = {r["task"] for r in rows if r["metric"] == "context_prob"}
     standard = sorted({key(r) for r in rows if r["metric"] in ("acc", "exact_match") and r["task"] not in cf_tasks})
     panels: list[str | None] = list(cf_series) or [None]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.6 * len(panels)), 3.4), squeeze=False)
+    legend: dict[str, object] = {}
     for ax, series in zip(axes[0], panels):
         if series is not None:
             for metric, color in (("counterfactual_acc", "tab:blue"), ("parametric_acc", "tab:orange")):
                 pts = _series(rows, series, metric)
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
-                            marker="o", color=color, label=metric, capsize=2)
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=bars(pts),
+                            marker="o", color=color, label=f"{metric} ({_n_text(rows, series, metric)})", capsize=2)
             # Known items (the knowledge probe) in their own line style; the agreeing twin in its own colour.
             lines = [(series, metric, style) for metric, style in KNOWN_STYLES.items()]
             lines += [(twin, AGREE_METRIC, AGREE_STYLE) for twin in _twin_series(rows, series, agree_tasks)]
             for name, metric, style in lines:
                 pts = _series(rows, name, metric)
                 if pts:
-                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=2,
-                                label=metric if name == series else f"{name} {metric}", **style)
-            ax.set_title(series, fontsize=9)
+                    label = metric if name == series else f"{name} {metric}"
+                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=bars(pts), capsize=2,
+                                label=f"{label} ({_n_text(rows, name, metric)})", **style)
+            ax.set_title(f"{series} ({_n_text(rows, series, 'counterfactual_acc')})", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
         if standard:
@@ -236,20 +304,33 @@ def plot(rows: list[dict], path: Path) -> None:
             for std in standard:
                 metric = "acc" if any(key(r) == std and r["metric"] == "acc" for r in rows) else "exact_match"
                 pts = _series(rows, std, metric)
-                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "--", color="tab:green", label=f"{std} {metric}")
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "--", color="tab:green",
+                         label=f"{std} {metric} ({_n_text(rows, std, metric)}; right axis)")
             ax2.set_ylabel("in-distribution accuracy")
             ax2.set_ylim(-0.02, 1.02)
+    for each in fig.axes:  # the panels' lines first, then the second axes' (standard tasks)
+        handles, labels = each.get_legend_handles_labels()
+        legend.update({lab: h for h, lab in zip(handles, labels) if lab not in legend})
     axes[0][0].set_ylabel("accuracy")
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(loc="best", fontsize=8)
-    fig.tight_layout()
+    # Caption above and legend below the panels; the figure grows to hold both, so neither is cut
+    # and the legend never covers a point.
+    width = fig.get_size_inches()[0]
+    caption = textwrap.fill(_caption(rows), width=int(width * 15))
+    lines = caption.count("\n") + 1
+    ncol = max(1, min(3, len(legend), int(width // 2.7)))
+    legend_rows = -(-len(legend) // ncol) if legend else 0
+    height = 3.4 + 0.19 * legend_rows + 0.16 * lines + 0.25
+    fig.set_size_inches(width, height)
+    fig.suptitle(caption, fontsize=8)
+    if legend:
+        fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=ncol, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, (0.19 * legend_rows + 0.05) / height, 1, 1))  # it leaves room for the caption
     png = io.BytesIO()
     try:
         fig.savefig(png, dpi=110, format="png")
     finally:
         plt.close(fig)
     atomic_write(path, png.getvalue())
-
 
 
 def _twin_series(rows: list[dict], series: str, agree_tasks: set[str]) -> list[str]:
@@ -260,6 +341,22 @@ def _twin_series(rows: list[dict], series: str, agree_tasks: set[str]) -> list[s
     same = ("run", "limit", "apply_chat_template", "metadata")
     return sorted({r.get("series", r["task"]) for r in rows if r["task"] == twin and r["metric"] == AGREE_METRIC
                    and all(r.get(k) == mine.get(k) for k in same)})
+
+
+def _check_scorers(rows: list[dict], mixed: bool) -> None:
+    """Refuse (one line) a task whose rows were scored by two scorer versions, unless ``mixed``: their
+    numbers follow different rules, so they are no points of one curve. Rows from before scorer
+    versions were recorded count as a version of their own."""
+    versions: dict[str, set] = {}
+    for r in rows:
+        versions.setdefault(r["task"], set()).add(r.get("scorer_version") or None)
+    mixed_tasks = {t: v for t, v in versions.items() if len(v) > 1}
+    if mixed_tasks and not mixed:
+        task, found = sorted(mixed_tasks.items())[0]
+        names = ", ".join("none recorded" if v is None else str(v) for v in sorted(found, key=lambda v: (v is None, str(v))))
+        raise SweepError(f"{task}: rows scored by different scorer versions ({names}); re-run cf-tasks sweep into the "
+                         "older outputs (it rescores their stored samples) or pass --mixed_scorers to draw one series "
+                         "per version")
 
 
 def _read_sweep_json(path: Path) -> dict:
@@ -274,7 +371,30 @@ def _read_sweep_json(path: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
         raise SweepError(f"{path}: not a valid sweep.json (malformed or cut short); re-run cf-tasks sweep for that "
                          "output to rebuild it") from None
+    for number, row in enumerate(rows, 1):
+        wrong = next((k for k, kinds in ROW_TYPES.items() if k in row and not isinstance(row[k], kinds)
+                      or k in ("checkpoint", "task", "metric") and not row.get(k)
+                      or isinstance(row.get(k), bool)), None)
+        if wrong:
+            raise SweepError(f"{path}: row {number} has {wrong} {json.dumps(row[wrong])[:40]}, not {ROW_KINDS[wrong]}; "
+                             "re-run cf-tasks sweep for that output to rebuild it")
+    if not isinstance(data.get("failures", []), list) or not all(
+            isinstance(f, dict) and isinstance(f.get("error"), str) for f in data.get("failures", [])):
+        raise SweepError(f"{path}: its failures are not a list of failure records; re-run cf-tasks sweep for that output "
+                         "to rebuild it")
+    if not isinstance(data.get("stores", []), list):
+        raise SweepError(f"{path}: its stores are not a list of folders; re-run cf-tasks sweep for that output to "
+                         "rebuild it")
     return data
+
+
+# What a sweep.json row's fields hold: a report refuses a row of other types (one line) before it reads them.
+ROW_TYPES = {"checkpoint": str, "step": (int, type(None)), "task": str, "metric": str, "value": (int, float, type(None)),
+             "stderr": (int, float, type(None)), "n": (int, type(None)), "run": (str, type(None)),
+             "settings": (str, type(None)), "checkpoint_id": (str, type(None))}
+ROW_KINDS = {"checkpoint": "a name", "step": "a whole number", "task": "a task name", "metric": "a metric name",
+             "value": "a number", "stderr": "a number", "n": "a whole number", "run": "a folder",
+             "settings": "a settings hash", "checkpoint_id": "a checkpoint id"}
 
 
 def _output_rows(out: Path) -> tuple[list[dict], list[dict], list[Path]]:
@@ -288,7 +408,8 @@ def _output_rows(out: Path) -> tuple[list[dict], list[dict], list[Path]]:
     return data["rows"], data.get("failures", []), [out] + [Path(p) for p in data.get("stores", []) if isinstance(p, str)]
 
 
-def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, items: bool = False) -> dict:
+def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, items: bool = False,
+           mixed_scorers: bool = False) -> dict:
     """Merge sweep outputs (shards, other machines) into ``target`` and redraw the plot. The same
     result seen in two outputs counts once; one checkpoint scored from different contents is
     refused; a task with rows of several settings is split into one series per settings. The
@@ -320,11 +441,13 @@ def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, item
             seen[where] = (row, out)
             rows.append(row)
         failures += out_failures
+    _check_scorers(rows, mixed_scorers)
     split = sorted({r["task"] for r in rows if len({x.get("settings") for x in rows if x["task"] == r["task"]}) > 1})
     if split:
         log(f"cf-tasks: {', '.join(split)}: rows under different evaluation settings (limit, metadata, chat template, "
             "model args, task version, ...); drawn as one series per settings", file=sys.stderr)
     target.mkdir(parents=True, exist_ok=True)
+    store.clean_leftovers(target, LOCK_TIMEOUT)  # a killed report's or sweep's temp folders
     if all((out / store.STORE).is_dir() for out in outs):
         for out in outs:
             store.merge_store(out, target)

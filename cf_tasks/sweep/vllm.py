@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoints import Checkpoint
-from .groups import _AdapterGroups, _free_memory, _GroupedGeneration
-from .hf import _same_config, _same_tensor_names, _same_tokenizer
+from ..checkpoints import Checkpoint, same_config, same_tensor_names, same_tokenizer
+from .groups import AdapterGroups, GroupedGeneration, free_memory
 from .model_args import checkpoint_dtype, sweep_model_args
 
 if TYPE_CHECKING:
@@ -30,7 +29,7 @@ def _sweep_vllm_class():
     """
     VLLM = import_lm_eval_vllm()
 
-    class SweepVLLM(_GroupedGeneration, VLLM):
+    class SweepVLLM(GroupedGeneration, VLLM):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._init_groups()
@@ -63,7 +62,7 @@ def _sweep_vllm_class():
     return SweepVLLM
 
 
-class VLLMBackend(_AdapterGroups):
+class VLLMBackend(AdapterGroups):
     """One vLLM engine for the base model; LoRA adapters are served in turn, each with its own id,
     and generated ``lora_group`` at a time in one batch (see ``_sweep_vllm_class``)."""
 
@@ -87,7 +86,7 @@ class VLLMBackend(_AdapterGroups):
         VLLM = _sweep_vllm_class()
         if self.lm is not None:
             del self.lm
-            _free_memory()
+            free_memory()
         kwargs: dict[str, Any] = dict(pretrained=pretrained, batch_size="auto", **self.model_args)
         if kwargs["dtype"] == "auto":
             # vLLM's own "auto" casts a float32 checkpoint to 16 bits: ask for the checkpoint's dtype.
@@ -133,8 +132,8 @@ class VLLMBackend(_AdapterGroups):
         (``LLM.collective_rpc("reload_weights")``, here with the checkpoint's ``weights_path``);
         False means restart the engine."""
         engine = getattr(self.lm, "model", None)  # lm-eval's data-parallel VLLM keeps no engine here
-        if not (hasattr(engine, "collective_rpc") and _same_config(self.loaded_from, ckpt.path)
-                and _same_tokenizer(self.loaded_from, ckpt.path) and _same_tensor_names(self.loaded_from, ckpt.path)):
+        if not (hasattr(engine, "collective_rpc") and same_config(self.loaded_from, ckpt.path)
+                and same_tokenizer(self.loaded_from, ckpt.path) and same_tensor_names(self.loaded_from, ckpt.path)):
             return False
         try:
             engine.collective_rpc("reload_weights", kwargs={"weights_path": str(ckpt.path)})

@@ -1,0 +1,1 @@
+"""Experiments that reproduce the papers' findings, one command each (``cf-tasks experiment <name>``)."""
