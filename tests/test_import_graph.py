@@ -63,10 +63,13 @@ def _resolve(importer: str, is_package: bool, level: int, name: str | None) -> s
     return ".".join([*base, name] if name else base)
 
 
-def imports(known: dict[str, Path]) -> list[tuple[str, str, str | None, int]]:
+def imports(known: dict[str, Path], taken: list | None = None) -> list[tuple[str, str, str | None, int]]:
     """(importer, imported module, private attribute taken or None, line) for every import of a
-    module of the packages, and every ``module._name`` read through an imported module."""
+    module of the packages, and every ``module._name`` read through an imported module. ``taken``,
+    when given, gets (importer, module, name, line) for every ``from module import name`` of a name
+    that is not a submodule."""
     edges = []
+    taken = [] if taken is None else taken
     for module, path in known.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         is_package = path.name == "__init__.py"
@@ -91,11 +94,51 @@ def imports(known: dict[str, Path]) -> list[tuple[str, str, str | None, int]]:
                     else:
                         private = alias.name if _private(alias.name) else None
                         edges.append((module, source, private, node.lineno))
+                        if alias.name != "*":
+                            taken.append((module, source, alias.name, node.lineno))
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
                     and _private(node.attr)):
                 edges.append((module, bound[node.value.id], node.attr, node.lineno))
     return edges
+
+
+def defined_names(path: Path) -> set[str] | None:
+    """The names a module binds at its top level (also inside top-level ``if``/``try``/``with``), or
+    None when it cannot be known statically (a ``from x import *`` or a module ``__getattr__``)."""
+    names: set[str] = set()
+
+    def bind(target: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                bind(element)
+
+    def walk(body: list[ast.stmt]) -> bool:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    bind(target)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                bind(node.target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        return False
+                    names.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+                blocks += [h.body for h in getattr(node, "handlers", [])]
+                if not all(walk(block) for block in blocks):
+                    return False
+        return True
+
+    if not walk(ast.parse(path.read_text(encoding="utf-8")).body) or "__getattr__" in names:
+        return None
+    return names
 
 
 def _private(name: str) -> bool:
@@ -139,8 +182,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def violations(root: Path = ROOT) -> list[str]:
     known = modules(root)
-    edges = imports(known)
+    taken: list[tuple[str, str, str, int]] = []
+    edges = imports(known, taken)
     found = []
+    for importer, source, name, line in taken:
+        if source in known and (names := defined_names(known[source])) is not None and name not in names:
+            found.append(f"undefined: {known[importer].relative_to(root)}:{line} {importer} imports {name} "
+                         f"from {source}, which does not define it")
     for module in known:
         if unit_of(module) is None:
             found.append(f"unplaced: {module} is in no layer (add it to LAYERS)")
@@ -183,7 +231,7 @@ def test_each_kind_of_violation_is_found(tmp_path):
         "cf_tasks/evaluate.py": "from .sweep import plan\n",
         "cf_tasks/sweep/__init__.py": "",
         "cf_tasks/sweep/plan.py": "import cf_tasks.evaluate as ev\n\nev._quiet()\n",
-        "cf_tasks/stray.py": "",
+        "cf_tasks/stray.py": "from .files import atomic_writer\n",
         "dataset_builders/__init__.py": "from cf_tasks.text import nothing\n",
     }
     for name, text in files.items():
@@ -198,8 +246,10 @@ def test_each_kind_of_violation_is_found(tmp_path):
     assert "missing: dataset_builders/__init__.py:1 dataset_builders imports cf_tasks.text, which is no module of the " \
            "packages" in found
     assert "cycle: cf_tasks.cli <-> cf_tasks.files" in found
+    assert ("undefined: cf_tasks/stray.py:1 cf_tasks.stray imports atomic_writer from cf_tasks.files, which does "
+            "not define it") in found
     assert "cycle: cf_tasks.evaluate <-> cf_tasks.sweep.plan" in found
-    assert len(found) == 8, found
+    assert len(found) == 9, found
 
 
 if __name__ == "__main__":
