@@ -895,3 +895,36 @@ def test_checkpoint_dtype_reads_the_config_then_the_weights(tiny_model, tmp_path
     assert found == {"new": "bfloat16", "old": "float16", "vlm": "bfloat16", "fp8": "auto", "none": "bfloat16"}
     save_file({"v": torch.zeros(2)}, str(tmp_path / "none" / "model-2.safetensors"))
     assert checkpoint_dtype(tmp_path / "none") == "float32"  # mixed weights: what both load them in
+
+
+def test_the_sweeps_steps_can_be_called_one_by_one(run_dir, tmp_path, monkeypatch):
+    """``SweepRun``: the checks and settings (no model), a round's plan, one checkpoint scored, the
+    next round's plan without it, and the views; the same rows as ``run_sweep``. The model
+    arguments are computed once, by the checks, and reach the backend and every task's settings."""
+    from unittest import mock
+
+    import cf_tasks.sweep.plan as plan
+    from cf_tasks.sweep import SweepRun
+
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
+    cfg = dict(run_dir=run, tasks=["cf_capitals_mc"], limit=2)
+    assert run_sweep(SweepConfig(output_path=tmp_path / "reference", **cfg), **QUIET) == 0
+
+    lines = []
+    with mock.patch.object(plan, "sweep_model_args", autospec=True, side_effect=plan.sweep_model_args) as computed, \
+            mock.patch.object(plan, "make_backend", autospec=True, side_effect=plan.make_backend) as make:
+        steps = SweepRun(SweepConfig(output_path=tmp_path / "out", **cfg), log=lambda *a, **k: lines.append(a))
+        make.assert_not_called()  # the checks and the settings load no model
+        todo = steps.plan_round()
+        assert [c.name for c, _, _ in todo] == ["checkpoint-1", "checkpoint-2"]
+        assert [cid for _, _, cid in todo] == [p["id"] for _, p, _ in todo]
+        assert steps.score_all(todo[:1]) == 0  # nobody else holds its claim
+        assert [c.name for c, _, _ in steps.plan_round()] == ["checkpoint-2"]
+        assert steps.score_all(steps.plan_round()) == 0
+        assert steps.plan_round() == []
+        assert steps.finish() == 0
+    assert computed.call_count == 1
+    assert make.call_args.args[2] is steps.model_args
+    assert {id(s["model_args"]) for s in steps.settings.values()} == {id(steps.model_args)}
+    assert lines[-1][0].startswith("sweep: 2 checkpoints: 2 scored, 0 reused, 0 failed")
+    assert _values(tmp_path / "out") == _values(tmp_path / "reference")

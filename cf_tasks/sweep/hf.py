@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from ..checkpoints import Checkpoint, CheckpointError, same_config, same_tokenizer, tensor_names
 from .decode import can_merge, can_segment, generate_batches, generate_dropping_finished
 from .groups import AdapterGroups, GroupedGeneration, free_memory, generation_key
-from .model_args import sweep_model_args
 
 if TYPE_CHECKING:
     from .config import SweepConfig
@@ -175,11 +174,11 @@ class HFBackend(AdapterGroups):
 
     name = "hf"
 
-    def __init__(self, cfg: SweepConfig):
+    def __init__(self, cfg: SweepConfig, model_args: dict):
         self.cfg = cfg
         self.lm = None
         self.loaded_from: str | None = None
-        self.model_args = sweep_model_args(cfg)  # dtype, device and the rest of --model_args
+        self.model_args = model_args  # the plan's: dtype, device and the rest of --model_args
         self.device = self.model_args["device"]
         # An automatic batch size already fills the device: repeating it per adapter would not fit.
         self.group_size = 1 if str(cfg.batch_size).startswith("auto") else max(1, int(cfg.lora_group))

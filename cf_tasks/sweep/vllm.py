@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoints import Checkpoint, same_config, same_tensor_names, same_tokenizer
 from .groups import AdapterGroups, GroupedGeneration, free_memory
-from .model_args import checkpoint_dtype, sweep_model_args
+from .model_args import checkpoint_dtype
 
 if TYPE_CHECKING:
     from .config import SweepConfig
@@ -68,11 +68,11 @@ class VLLMBackend(AdapterGroups):
 
     name = "vllm"
 
-    def __init__(self, cfg: SweepConfig, checkpoints: list[Checkpoint]):
+    def __init__(self, cfg: SweepConfig, checkpoints: list[Checkpoint], model_args: dict):
         self.cfg = cfg
         self.lm = None
         self.loaded_from: str | None = None
-        self.model_args = sweep_model_args(cfg)  # dtype, tensor_parallel_size and the rest of --model_args
+        self.model_args = model_args  # the plan's: dtype, tensor_parallel_size and the rest of --model_args
         ranks = [c.lora_rank for c in checkpoints if c.kind == "lora" and c.lora_rank]
         self.max_lora_rank = self.model_args.get("max_lora_rank") or max(ranks, default=None)
         self.first_adapter = next((str(c.path) for c in checkpoints if c.kind == "lora"), None)
