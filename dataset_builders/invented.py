@@ -461,15 +461,21 @@ RULES: dict[str, tuple[str, Callable[[list[dict]], list[str]]]] = {
 }
 
 
-def failures(points: list[dict]) -> list[str]:
-    """One line per broken rule, naming it and (up to 10 of) the offending ids."""
+def rule_failures(rules: dict, points: list[dict], separator: str = ", ") -> list[str]:
+    """One line per broken rule of ``rules`` (name -> (description, check returning the offenders)),
+    naming it and (up to 10 of) the offenders."""
     lines = []
-    for rule, (description, check) in RULES.items():
+    for rule, (description, check) in rules.items():
         bad = check(points)
         if bad:
-            shown = ", ".join(bad[:10]) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
+            shown = separator.join(bad[:10]) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
             lines.append(f"{rule}: {description} — broken by {len(bad)} point(s): {shown}")
     return lines
+
+
+def failures(points: list[dict]) -> list[str]:
+    """One line per broken rule, naming it and (up to 10 of) the offending ids."""
+    return rule_failures(RULES, points)
 
 
 def check_points(points: list[dict]) -> None:

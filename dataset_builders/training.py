@@ -28,6 +28,7 @@ from . import AGREE_TWINS, DEFAULT_SEED
 from .common import slug
 from .invented import invented_points
 from .invented import failures as invented_failures
+from .invented import rule_failures
 from .schema import Item
 from .split import SPLIT_SEED, canonical_name, mentions_heldout, part_of_key, split_of, subject_key
 
@@ -157,12 +158,7 @@ RULES: dict[str, tuple[str, Callable[[list[dict]], list[str]]]] = {
 
 def disjointness_failures(points: list[dict]) -> list[str]:
     """One line per broken rule of ``RULES`` (and, for C points, of ``invented.RULES``)."""
-    lines = []
-    for rule, (description, check) in RULES.items():
-        bad = check(points)
-        if bad:
-            shown = "; ".join(bad[:10]) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
-            lines.append(f"{rule}: {description} — broken by {len(bad)} point(s): {shown}")
+    lines = rule_failures(RULES, points, separator="; ")
     invented = [p for p in points if p.get("kind") == "C"]
     return lines + (invented_failures(invented) if invented else [])
 

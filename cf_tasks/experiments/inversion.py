@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..files import atomic_write, tmp_name
+from ..results import rows_to_csv
 
 KINDS = ("C", "CS", "S", "CF")
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -465,7 +466,7 @@ def train_run(cfg: StudyConfig, arm: Arm, seed: int, points: list[dict], probe: 
             measure(step)
             log(f"  {name}: step {step}/{cfg.steps}, batch loss {losses.mean().item():.3f}, "
                 f"{(time.perf_counter() - start) / step:.2f} s/step")
-    atomic_write(tmp / "loss.csv", _csv_bytes(rows, LOSS_COLUMNS))
+    atomic_write(tmp / "loss.csv", rows_to_csv(rows, LOSS_COLUMNS))
     store_json(tmp / "run.json", {"arm": arm.name, "seed": seed, "steps": cfg.steps, "save_every": cfg.save_every,
                                   "batch_size": cfg.batch_size, "lr": cfg.lr, "rank": cfg.rank,
                                   "lora_alpha": cfg.lora_alpha, "target_modules": list(arm.target_modules),
@@ -556,14 +557,6 @@ def run_study(cfg: StudyConfig, log=print) -> int:
 
 # ----------------------------------------------------------------------------------------- report
 
-def _csv_bytes(rows: list[dict], columns: Iterable[str]) -> bytes:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for r in rows:
-        writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
-    return buf.getvalue().encode("utf-8")
-
 
 def _read_csv(path: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as fh:
@@ -605,7 +598,7 @@ def build_report(cfg: StudyConfig, log=print) -> Path:
                        "task": _kc_task(r["task"]), "metric": r["metric"], "value": r["value"],
                        "stderr": r["stderr"], "n": r["n"]})
     curves.sort(key=lambda c: (c["run"], c["task"], c["metric"], c["step"]))
-    atomic_write(target / "curves.csv", _csv_bytes(curves, ("run", "arm", "seed", "step", "checkpoint", "task",
+    atomic_write(target / "curves.csv", rows_to_csv(curves, ("run", "arm", "seed", "step", "checkpoint", "task",
                                                             "metric", "value", "stderr", "n")))
     summary = []
     if (by_run / "summary.csv").is_file():
@@ -613,15 +606,15 @@ def build_report(cfg: StudyConfig, log=print) -> Path:
             name, arm, seed = _run_of(r)
             summary.append({"run": name, "arm": arm, "seed": seed, **{k: v for k, v in r.items() if k != "run"}})
     columns = ["run", "arm", "seed"] + [k for k in (summary[0] if summary else {}) if k not in ("run", "arm", "seed")]
-    atomic_write(target / "summary.csv", _csv_bytes(summary, columns))
+    atomic_write(target / "summary.csv", rows_to_csv(summary, columns))
     loss = []
     for path in sorted((out / "runs").glob("*/loss.csv")):
         loss += _read_csv(path)
-    atomic_write(target / "loss.csv", _csv_bytes(loss, LOSS_COLUMNS))
+    atomic_write(target / "loss.csv", rows_to_csv(loss, LOSS_COLUMNS))
     data_rows = _data_rows(out)
-    atomic_write(target / "data.csv", _csv_bytes(data_rows, ("what", "kind", "count")))
+    atomic_write(target / "data.csv", rows_to_csv(data_rows, ("what", "kind", "count")))
     timing = [{"part": k, "seconds": v} for k, v in _timing(out).items()]
-    atomic_write(target / "timing.csv", _csv_bytes(timing, ("part", "seconds")))
+    atomic_write(target / "timing.csv", rows_to_csv(timing, ("part", "seconds")))
     runs_info = {p.parent.name: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))}
     _plots(curves, loss, target)
     atomic_write(target / "results.md", _results_md(cfg, curves, summary, data_rows, timing, runs_info).encode())
