@@ -303,40 +303,76 @@ def test_a_read_only_report_output_or_store_is_one_line(swept, tmp_path, capsys,
         assert not list(out.rglob("*.cftmp")) and len(_records(out)) == 2 + (folder == "checkpoints")
 
 
-def test_a_read_only_output_as_a_user_without_privileges(swept, tmp_path):
-    """As root, permissions do not bind: the report runs as ``nobody`` in a subprocess."""
+def _unprivileged(root: Path):
+    """How to run a Python command here without the power to ignore file permissions, as
+    (command prefix, preexec_fn): as ``nobody`` where that user can read this checkout and its
+    Python, else as root with every capability dropped (``setpriv``), so that a folder's mode binds.
+    None where neither works. Each way is tried on a folder of mode 0555 first."""
     import pwd
     import subprocess
     import sys
-
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no user nobody")
-    if os.getuid() != 0:
-        pytest.skip("needs root to switch to another user")
-    root = Path(__file__).resolve().parents[1]
-    try:
-        probe = subprocess.run([sys.executable, "-c", "import cf_tasks.cli"], cwd="/", capture_output=True,
-                               preexec_fn=lambda: os.setuid(nobody.pw_uid), env={**os.environ, "PYTHONPATH": str(root)})
-    except OSError:
-        probe = None
-    if probe is None or probe.returncode != 0:
-        pytest.skip("the user nobody cannot read this checkout or its Python")
     import tempfile
 
+    if os.getuid() != 0:
+        return None
+    ways = []
+    try:
+        uid = pwd.getpwnam("nobody").pw_uid
+        ways.append(([], lambda: os.setuid(uid)))
+    except KeyError:
+        pass
+    if shutil.which("setpriv"):
+        ways.append(([shutil.which("setpriv"), "--inh-caps=-all", "--bounding-set=-all", "--"], None))
+    locked = Path(tempfile.mkdtemp(prefix="cf-tasks-probe-"))
+    locked.chmod(0o555)
+    check = ("import cf_tasks.cli, sys\ntry:\n    open(sys.argv[1] + '/x', 'w')\nexcept PermissionError:\n"
+             "    sys.exit(0)\nsys.exit(3)\n")
+    try:
+        for prefix, preexec in ways:
+            try:
+                probe = subprocess.run([*prefix, sys.executable, "-c", check, str(locked)], cwd="/", capture_output=True,
+                                       preexec_fn=preexec, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+            except OSError:
+                continue
+            if probe.returncode == 0:  # it imports cf-tasks, and the folder's mode stopped its write
+                return prefix, preexec
+        return None
+    finally:
+        locked.chmod(0o755)
+        shutil.rmtree(locked, ignore_errors=True)
+
+
+def test_a_read_only_output_as_a_user_without_privileges(swept, tmp_path):
+    """As root, permissions do not bind: the report runs in a subprocess as ``nobody``, or as root
+    without capabilities."""
+    import subprocess
+    import sys
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    way = _unprivileged(root)
+    if way is None:
+        pytest.skip("no way to run without the power to ignore permissions (not root, or neither nobody nor setpriv works)")
+    prefix, preexec = way
     base = Path(tempfile.mkdtemp(prefix="cf-tasks-ro-"))
     base.chmod(0o755)
     out = base / "out"
     shutil.copytree(swept["out"], out)
     for p in [out, *out.rglob("*")]:
-        p.chmod(0o555 if p.is_dir() else 0o444)  # readable by all, writable by root alone
-    done = subprocess.run([sys.executable, "-m", "cf_tasks.cli", "report", str(out)], cwd="/",
-                          preexec_fn=lambda: os.setuid(nobody.pw_uid), capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(root), "HOME": "/tmp", "MPLCONFIGDIR": "/tmp"})
+        p.chmod(0o555 if p.is_dir() else 0o444)  # readable by all, writable by no one without privileges
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-m", "cf_tasks.cli", "report", str(out)], cwd="/",
+                              preexec_fn=preexec, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(root), "HOME": "/tmp", "MPLCONFIGDIR": "/tmp"})
+        after = sorted((str(p.relative_to(out)), p.stat().st_size) for p in out.rglob("*"))
+    finally:
+        for p in [out, *out.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        shutil.rmtree(base)
+    before = sorted((str(p.relative_to(swept["out"])), p.stat().st_size) for p in swept["out"].rglob("*"))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    shutil.rmtree(base)
     assert f"cf-tasks: error: {out}" in done.stderr and "make that folder writable" in done.stderr
+    assert after == before  # nothing written, nothing lost
 
 
 # ---------------------------------------------------------------- two runs of one name
