@@ -102,15 +102,16 @@ def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, rev
 
 @lru_cache(maxsize=32)
 def built_dataset(dataset: str, seed: int):
-    """A validated in-process build as a ``datasets.Dataset``; variants of a task share one build."""
+    """A validated build as a ``datasets.Dataset``; variants of a task share one build, and later
+    processes read it from the dataset cache (``dataset_cache``)."""
     import datasets
 
     from dataset_builders.serialize import arrow_schema
-    from dataset_builders.validate import build_validated
 
-    items = build_validated(dataset, seed)
+    from .dataset_cache import validated_items
+
     features = datasets.Features.from_arrow_schema(arrow_schema())
-    return datasets.Dataset.from_list([i.to_dict() for i in items], features=features)
+    return datasets.Dataset.from_list(validated_items(dataset, seed), features=features)
 
 
 def score_doc(doc: dict, generation: str):

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
     ("tasks: lm-eval hooks, scoring, results, checkpoints, the Hub copy of the datasets", False, (
         "cf_tasks.tasks", "cf_tasks.ic_recall", "cf_tasks.known", "cf_tasks.attention",
         "cf_tasks.results", "cf_tasks.scoring", "cf_tasks.checkpoints", "cf_tasks.default_model",
+        "cf_tasks.dataset_cache",
         "cf_tasks.hub")),
     ("datasets: the builders and their fact tables", False, ("dataset_builders",)),
     ("base: files, errors, text, the task registry (the task families, the twin naming rule)", False,
