@@ -292,10 +292,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         try:
             path = save_results(results, Path(args.output_path))
-        except OSError as err:  # checked before the run, but a disk fills and permissions change
-            raise UsageError(f"--output_path {args.output_path}: cannot write the results "
-                             f"({err.strerror or type(err).__name__}); the table above is all that was kept: "
-                             "free space or fix permissions and run again") from None
+        except OSError as err:  # checked before the run, but a disk fills and permissions change:
+            # not a bad argument, so exit 1, as a sweep or report that cannot write
+            print(f"cf-tasks: error: --output_path {args.output_path}: cannot write the results "
+                  f"({err.strerror or type(err).__name__}); the table above is all that was kept: "
+                  "free space or fix permissions and run again", file=sys.stderr)
+            return 1
         print(f"cf-tasks: results written to {path}", file=sys.stderr)
     return 0
 

@@ -172,7 +172,7 @@ def test_eval_results_that_cannot_be_saved_still_print_the_table(monkeypatch, tm
                                                                       side_effect=OSError(28, "No space left on device")))
     out = tmp_path / "out"
     assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", "cf_capitals", "--output_path",
-                 str(out)]) == 2
+                 str(out)]) == 1  # not a bad argument: exit 1, as sweep and report
     captured = capsys.readouterr()
     assert "counterfactual_acc" in captured.out and "0.5" in captured.out
     assert captured.err.strip() == (f"cf-tasks: error: --output_path {out}: cannot write the results (No space left "
