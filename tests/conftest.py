@@ -14,6 +14,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
+def load_benchmark():
+    """A script of ``benchmarks/`` imported as a module, by name (``load_benchmark("inversion_sim")``)."""
+    import importlib.util
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A tiny random Llama whose word-level vocabulary covers the datasets' text."""
     from tiny_model import build_tiny_model, dataset_corpus

@@ -1,23 +1,16 @@
 """Passages a person would write: no sentence frame repeats within a passage and none dominates a
 dataset (frames as ``benchmarks/fluency_bench.py`` measures them: names and values masked)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from dataset_builders import DEFAULT_SEED, build, cf_capitals, cf_world_facts
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "fluency_bench.py"
 MAX_FRAME_SHARE = 0.10  # the most frequent frame's share of a dataset's sentences
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("fluency_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("fluency_bench")
 
 
 @pytest.mark.parametrize("name", ["cf_bio", "cf_world_facts", "cf_world_facts_former", "cf_capitals",

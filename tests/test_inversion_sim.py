@@ -4,24 +4,18 @@ rule is the summary's own (same peak, same p-values as ``summarize_series`` on t
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cf_tasks.sweep.stats import ItemSource, binomial_tail, holm, split_items, summarize_series
 
-SIM_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "inversion_sim.py"
 ALPHA = 0.05
 
 
 @pytest.fixture(scope="module")
-def sim():
-    spec = importlib.util.spec_from_file_location("inversion_sim", SIM_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sim(load_benchmark):
+    return load_benchmark("inversion_sim")
 
 
 def test_under_the_null_the_rate_of_inversion_stays_within_alphas_band(sim):
