@@ -3,9 +3,10 @@ CLI runs doing the same work, side by side in one run (the sweep with `--no_know
 plain `lm_eval` runs neither the knowledge probe nor the agreeing twins; `knowledge_bench.py`
 measures what the probe costs).
 
-Prints both wall times, the speed ratio (targets: >= 3x with vLLM, >= 2x with transformers), the
-share of the sweep's wall time spent inside lm-eval's evaluation of the checkpoints (target >= 80%;
-the rest is start-up, task indexing, model loading and writing), and whether the metrics agree.
+Prints both wall times, the speed ratio (target >= 3x with either backend), the share of the
+sweep's wall time spent inside lm-eval's evaluation of the checkpoints (targets >= 85% with vLLM,
+>= 90% with transformers; the rest is start-up, task indexing, model loading and writing), the
+sweep's own seconds per phase (``--timings``), and whether the metrics agree.
 
     python benchmarks/sweep_bench.py [--backend hf|vllm] [--limit 50] [--tasks cf_suite]
 """
@@ -88,8 +89,9 @@ def main() -> None:
         subprocess.run([str(bindir / "cf-tasks"), "sweep", str(tmp / "run"), "--tasks", args.tasks,
                         "--output_path", str(tmp / "sweep"), "--limit", str(args.limit), "--backend", args.backend,
                         "--batch_size", "8", "--model_args", shared,
-                        "--no_knowledge", "--no_agree"], check=True, env=env)
+                        "--no_knowledge", "--no_agree", "--timings"], check=True, env=env)
         sweep_wall = time.perf_counter() - start
+        timings = json.loads(next((tmp / "sweep" / "timings").glob("*.json")).read_text())
         manifest = json.loads((tmp / "sweep" / "manifest.json").read_text())
         eval_seconds = sum(e.get("seconds", 0.0) for e in manifest["checkpoints"].values())
         swept = {(r["checkpoint"], r["task"], r["metric"]): r["value"]
@@ -120,8 +122,13 @@ def main() -> None:
     print(f"backend {args.backend}, tasks {args.tasks}, limit {args.limit}, {N_ADAPTERS} LoRA checkpoints of SmolLM2-135M")
     print(f"loop of {N_ADAPTERS} lm_eval runs: {loop_wall:8.1f} s")
     print(f"cf-tasks sweep:            {sweep_wall:8.1f} s")
-    print(f"speed ratio loop/sweep:    {loop_wall / sweep_wall:8.2f}x  (target {'3' if args.backend == 'vllm' else '2'}x)")
-    print(f"sweep time in evaluation:  {100 * eval_seconds / sweep_wall:8.1f} %  (target 80 %)")
+    print(f"speed ratio loop/sweep:    {loop_wall / sweep_wall:8.2f}x  (target 3x)")
+    print(f"sweep time in evaluation:  {100 * eval_seconds / sweep_wall:8.1f} %  "
+          f"(target {85 if args.backend == 'vllm' else 90} %)")
+    print(f"the sweep's phases (its own clock; {sweep_wall - timings['wall']:.1f} s of the wall time above is after "
+          "its closing line: shutting the engine and the interpreter down):")
+    for row in timings["phases"]:
+        print(f"  {row['phase']:<28} {row['seconds']:8.1f} s  {100 * row['share']:5.1f} %  x{row['times']}")
     print(f"metrics compared: {len(common)}, mismatched: {len(mismatched)} {mismatched[:5]}")
 
 

@@ -344,6 +344,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
         knowledge=not args.no_knowledge, agree=not args.no_agree, attention=args.attention, quiet=args.quiet,
+        timings=args.timings,
     )
     try:
         failed = run_sweep(cfg)
@@ -663,6 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no_agree", action="store_true",
                    help="do not run each knowledge-conflict task's agreeing twin (<dataset>_agree, where installed)")
     p.add_argument("--attention", action="store_true", help=ATTENTION_HELP)
+    p.add_argument("--timings", action="store_true",
+                   help="print the seconds of each phase (start-up, task index, datasets, model loads, evaluation, "
+                        "writing, views) at the end, and write them to OUTPUT_PATH/timings/")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="merge sweep outputs (e.g. shards), redraw the plot, rewrite summary.csv")

@@ -24,13 +24,13 @@ TMP_MARK = ".cftmp"  # every temp name ends ``.<host>.<pid>.<random>.cftmp``
 HOST = socket.gethostname()
 
 
-def _host_tag(host: str) -> str:
+def host_tag(host: str) -> str:
     return host.replace(".", "_")  # a host name's dots would make the temp name ambiguous
 
 
 def tmp_name(name: str) -> str:
     """A temp name for ``name`` (a file or a folder), unique to this process and call."""
-    return f".{name}.{_host_tag(HOST)}.{os.getpid()}.{secrets.token_hex(4)}{TMP_MARK}"
+    return f".{name}.{host_tag(HOST)}.{os.getpid()}.{secrets.token_hex(4)}{TMP_MARK}"
 
 
 def tmp_owner(name: str) -> tuple[str, int] | None:
@@ -43,7 +43,7 @@ def tmp_owner(name: str) -> tuple[str, int] | None:
         host, pid = parts[-3], int(parts[-2])
     except (IndexError, ValueError):
         return None
-    return (HOST if host == _host_tag(HOST) else host), pid
+    return (HOST if host == host_tag(HOST) else host), pid
 
 
 def atomic_write(path: Path, data: bytes) -> None:

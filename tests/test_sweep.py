@@ -626,14 +626,14 @@ def test_case7_a_task_whose_dataset_cannot_load_is_one_line(run_dir, tmp_path, c
 def test_case8_files_respect_the_umask_and_leftovers_are_cleaned(run_dir, tmp_path):
     import socket
 
-    from cf_tasks.files import TMP_MARK, _host_tag
+    from cf_tasks.files import TMP_MARK, host_tag
 
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
     out = tmp_path / "out"
     (out / "store" / "abc").mkdir(parents=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    host = _host_tag(socket.gethostname())
+    host = host_tag(socket.gethostname())
     leftovers = [out / f".sweep.csv.{host}.{dead}.0a1b{TMP_MARK}",
                  out / "store" / "abc" / f".x.{host}.{dead}.0a1c{TMP_MARK}"]
     leftovers[0].write_text("half")
@@ -739,6 +739,7 @@ def test_an_interrupt_at_each_stage_resumes_to_the_uninterrupted_csv(run_dir, tm
     out = tmp_path / "out"
     with monkeypatch.context() as m:
         m.setattr(*target, interrupted)
+        m.setattr(sweep, "VIEWS_EVERY", 0.0)  # views after each checkpoint: the second call is mid-run
         with pytest.raises(KeyboardInterrupt):
             run_sweep(SweepConfig(output_path=out, **cfg), **QUIET)
     assert run_sweep(SweepConfig(output_path=out, **cfg), **QUIET) == 0

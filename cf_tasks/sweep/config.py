@@ -38,4 +38,5 @@ class SweepConfig:
     knowledge: bool = True  # the knowledge probe on the knowledge-conflict tasks (cf_tasks/known.py)
     agree: bool = True  # each knowledge-conflict task's agreeing twin beside it, where installed
     attention: bool = False  # also measure context_attention (cf_tasks.attention; hf backend only)
+    timings: bool = False  # print and write the seconds of each phase (timings.py)
     quiet: bool = False  # print only failures: no progress bar, summary table or closing line

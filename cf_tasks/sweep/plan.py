@@ -29,8 +29,13 @@ from .rescore import NotReplayable, rescore, source_for
 from .stats import check_alpha
 from .model_args import check_batch_size, sweep_model_args
 from .store import split_results
+from .timings import Timings
 from .views import MANIFEST, format_summary, rebuild_views
 
+# The views (sweep.csv, the plot, the summary) are rebuilt after a scored checkpoint once this many
+# seconds have passed since their last rebuild, at the end of each --watch round and at the end:
+# a LoRA group's mates finish seconds after its first member, and one rebuild serves them all.
+VIEWS_EVERY = 60.0
 LM_EVAL_SEEDS = (0, 1234, 1234, 1234)  # simple_evaluate's random, numpy, torch and few-shot seeds
 
 
@@ -384,20 +389,25 @@ class SweepRun:
     ``score`` puts one checkpoint's results into the store; ``finish`` writes the views and says what
     the run did. ``run_sweep`` is the loop over these."""
 
-    def __init__(self, cfg: SweepConfig, log=print):
-        from ..evaluate import needs_builtin_tasks
-        from ..registry import task_manager
-
+    def __init__(self, cfg: SweepConfig, log=print, timings: Timings | None = None):
         self.cfg, self.log = cfg, log
-        self.run_dir, self.out, self.model_args = check_arguments(cfg)
+        self.timings = timings or Timings()  # seconds per phase (printed and written with --timings)
+        phase = self.timings.phase
+        with phase("checks"):
+            self.run_dir, self.out, self.model_args = check_arguments(cfg)
         self.told: set[Path] = set()  # skipped names already listed
         if not cfg.watch and not discover(self.run_dir, cfg.base):
             count = self.tell_skipped()
             listed = f"; {count} skipped name(s) listed above" if count else ""
             raise SweepError(f"{self.run_dir}: no checkpoint folders ({NAME_FORMS}){listed}; "
                              "point RUN_DIR at the training output folder")
-        self.tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
-        self.settings = task_settings(cfg, self.tm, self.model_args)
+        with phase("task index"):
+            from ..evaluate import needs_builtin_tasks
+            from ..registry import task_manager
+
+            self.tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
+        with phase("task settings (datasets)"):
+            self.settings = task_settings(cfg, self.tm, self.model_args)
         self.hashes = {t: store.settings_hash(s) for t, s in self.settings.items()}
         self.claim_key = store.settings_hash(self.hashes)
         try:
@@ -410,6 +420,8 @@ class SweepRun:
         self.failed: dict[str, str] = {}  # place -> its error, once per run
         self.scored: set[str] = set()  # checkpoint places this run scored a result for
         self.reused: set[str] = set()  # places whose results were all in the store already
+        self.views_stale = False  # results stored since the views' last rebuild
+        self.views_at = time.monotonic()
 
     def tell_skipped(self) -> int:
         """One line per name that looks like a checkpoint but is not scored (once per run)."""
@@ -492,14 +504,16 @@ class SweepRun:
                 self.fail(place, c.error)
                 continue
             try:
-                cid = store.checkpoint_identity(c.path, c.kind, c.base, cache=self.out)
+                with self.timings.phase("checkpoint ids"):
+                    cid = store.checkpoint_identity(c.path, c.kind, c.base, cache=self.out)
             except OSError as err:
                 self.fail(place, f"{c.path}: cannot read the checkpoint ({err.strerror or type(err).__name__}); "
                           "fix its permissions")
                 continue
             place["id"] = cid
             store.note_place(self.out, cid, place)
-            self.rescore_from_samples(cid, place)
+            with self.timings.phase("rescoring"):
+                self.rescore_from_samples(cid, place)
             if self.missing(cid):
                 todo.append((c, place, cid))
             else:
@@ -512,7 +526,8 @@ class SweepRun:
         from tqdm import tqdm
 
         if self.backend is None and todo:
-            self.backend = make_backend(self.cfg, [c for c, _, _ in todo], self.model_args)
+            with self.timings.phase("model engine and loads"):
+                self.backend = make_backend(self.cfg, [c for c, _, _ in todo], self.model_args)
         if self.backend is not None:
             self.backend.plan([c for c, _, _ in todo])
         busy = 0
@@ -520,6 +535,8 @@ class SweepRun:
         for c, place, cid in bar:
             bar.set_postfix_str(c.name)
             busy += not self.score(c, place, cid)
+        if self.cfg.watch and self.views_stale:  # a round of --watch: the views show it before the pause
+            self.rebuild_views()
         return busy
 
     def score(self, c: Checkpoint, place: dict, cid: str) -> bool:
@@ -536,7 +553,8 @@ class SweepRun:
             if tasks:
                 results, seconds, error = self.evaluate(c, cid, tasks)
                 if error is None:
-                    self.store_results(place, cid, tasks, results, seconds)
+                    with self.timings.phase("results into the store"):
+                        self.store_results(place, cid, tasks, results, seconds)
         finally:
             store.unlock(lock)
             if self.backend is not None:
@@ -545,8 +563,17 @@ class SweepRun:
             self.fail(place, error)
         else:
             self.succeed(place, reused=not tasks)  # no task left: another process finished it meanwhile
-        rebuild_views(out, alpha=self.cfg.alpha)
+        self.views_stale = True
+        if time.monotonic() - self.views_at >= VIEWS_EVERY:
+            self.rebuild_views()
         return True
+
+    def rebuild_views(self) -> dict:
+        """sweep.csv, sweep.json, the plot, the summary and the manifest from the store; returns the summary."""
+        with self.timings.phase("views"):
+            summary = rebuild_views(self.out, alpha=self.cfg.alpha)
+        self.views_stale, self.views_at = False, time.monotonic()
+        return summary
 
     def evaluate(self, c: Checkpoint, cid: str, tasks: list[str]) -> tuple[dict | None, float, str | None]:
         """lm-eval on one checkpoint's missing tasks: (results, seconds, None), or (results or None,
@@ -554,16 +581,17 @@ class SweepRun:
         (content id ``cid`` before); a missing package stops the whole sweep."""
         from ..evaluate import run_lm_eval
 
-        cfg, backend, settings = self.cfg, self.backend, self.settings
+        cfg, backend, settings, phase = self.cfg, self.backend, self.settings, self.timings.phase
         try:
             with _hushed(cfg.quiet):
-                with quiet_upstream():  # peft's attach triggers a transformers deprecation notice
+                with phase("model engine and loads"), quiet_upstream():  # peft's attach: a transformers notice
                     lm = backend.base_model(c.base) if c.kind == "base" else backend.model_for(c)
                 start = time.perf_counter()
                 probe = probe_for(t for name in tasks for t in settings[name]["num_fewshot"]) if cfg.knowledge else None
-                results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=self.tm, log_samples=True,
-                                      apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
-                                      knowledge=probe, attention=cfg.attention, keep_probe_samples=True)
+                with phase("evaluation"):
+                    results = run_lm_eval(lm, tasks, limit=cfg.limit, task_manager=self.tm, log_samples=True,
+                                          apply_chat_template=cfg.apply_chat_template, metadata=cfg.metadata,
+                                          knowledge=probe, attention=cfg.attention, keep_probe_samples=True)
             seconds = time.perf_counter() - start
         except KeyboardInterrupt:
             raise
@@ -575,7 +603,8 @@ class SweepRun:
             reason = " ".join(str(err).split())[:300] or type(err).__name__
             return None, 0.0, (f"{c.path}: evaluation failed ({type(err).__name__}: {reason}); check that the "
                                f"checkpoint loads with transformers{'/peft' if c.kind == 'lora' else ''}")
-        return results, seconds, _changed_while_scored(c, cid, self.out)
+        with phase("checkpoint ids"):
+            return results, seconds, _changed_while_scored(c, cid, self.out)
 
     def store_results(self, place: dict, cid: str, tasks: list[str], results: dict, seconds: float) -> None:
         """Each task's part of one lm-eval run, written once into the store."""
@@ -597,16 +626,23 @@ class SweepRun:
         if waiting != busy and not self.cfg.quiet:
             self.log(f"cf-tasks: waiting for {busy} checkpoint(s) that another process is scoring (claims in "
                      f"{self.out / store.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
-        time.sleep(min(self.cfg.poll_interval, 2.0))
+        with self.timings.phase("waiting for others"):
+            time.sleep(min(self.cfg.poll_interval, 2.0))
         return busy
 
     def finish(self) -> int:
         """The views, the printed summary and the closing line; returns the number of this run's
         failed checkpoints."""
-        summary = rebuild_views(self.out, alpha=self.cfg.alpha)
+        summary = self.rebuild_views()
         if not self.cfg.quiet:
             if summary:
                 self.log(format_summary(summary))
+        if self.cfg.timings:
+            table = self.timings.table()
+            path = self.timings.write(self.out, table)
+            self.log(self.timings.format(table))
+            self.log(f"cf-tasks: timings written to {path}", file=sys.stderr)
+        if not self.cfg.quiet:
             failed = set(self.failed)
             self.log(closing_line(self.cfg, self.out, self.settings, len(self.scored - failed),
                                   len(self.reused - self.scored - failed), len(failed)))
@@ -615,7 +651,8 @@ class SweepRun:
 
 def run_sweep(cfg: SweepConfig, log=print) -> int:
     """Score every checkpoint into the store; returns the number of this run's failed checkpoints."""
-    run = SweepRun(cfg, log)
+    timings = Timings()
+    run = SweepRun(cfg, log, timings)
     polls = waiting = 0
     while True:
         busy = run.score_all(run.plan_round())
@@ -627,5 +664,6 @@ def run_sweep(cfg: SweepConfig, log=print) -> int:
         polls += 1
         if not cfg.watch or (cfg.max_polls is not None and polls >= cfg.max_polls):
             break
-        time.sleep(cfg.poll_interval)
+        with timings.phase("polling pause"):
+            time.sleep(cfg.poll_interval)
     return run.finish()
