@@ -155,3 +155,15 @@ def test_views_show_each_watch_round_before_its_pause(run, tmp_path, monkeypatch
     assert rows_at_round[1] > 0  # the first round's checkpoint is in the views before the pause
     assert rows_at_round[2] == 2 * rows_at_round[1]  # and the second round's beside it
     assert counted.call_count == 3  # once per round that scored something, then the closing one
+
+
+def test_timings_that_cannot_be_written_fail_nothing(run, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "timings").write_text("a file where the folder goes")
+    assert main(_sweep_args(run, out, "--timings")) == 0
+    printed = capsys.readouterr()
+    assert "evaluation" in printed.out  # the table is printed
+    line = next(l for l in printed.err.splitlines() if "timings not written" in l)
+    assert line.startswith(f"cf-tasks: timings not written to {out / 'timings'} (")
+    assert (out / "sweep.csv").is_file() and (out / "timings").read_text() == "a file where the folder goes"

@@ -639,9 +639,13 @@ class SweepRun:
                 self.log(format_summary(summary))
         if self.cfg.timings:
             table = self.timings.table()
-            path = self.timings.write(self.out, table)
             self.log(self.timings.format(table))
-            self.log(f"cf-tasks: timings written to {path}", file=sys.stderr)
+            try:
+                path = self.timings.write(self.out, table)
+                self.log(f"cf-tasks: timings written to {path}", file=sys.stderr)
+            except OSError as err:  # the results are stored: a table that cannot be kept fails nothing
+                self.log(f"cf-tasks: timings not written to {self.out / 'timings'} "
+                         f"({err.strerror or type(err).__name__}); the table above is all there is", file=sys.stderr)
         if not self.cfg.quiet:
             failed = set(self.failed)
             self.log(closing_line(self.cfg, self.out, self.settings, len(self.scored - failed),
