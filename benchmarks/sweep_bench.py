@@ -73,7 +73,7 @@ def main() -> None:
 
     from cf_tasks.default_model import default_model_path
     from cf_tasks.registry import task_yamls_path
-    from cf_tasks.sweep import CPU_MEMORY_UTILIZATION
+    from cf_tasks.sweep import CPU_KV_CACHE_BYTES
 
     base = default_model_path()
     bindir = Path(sys.executable).parent
@@ -83,7 +83,7 @@ def main() -> None:
         adapters = make_adapters(base, tmp / "run")
         # The model arguments of both sides, so that they compare like with like.
         shared = "dtype=float32" if args.backend == "hf" else \
-            f"dtype=float32,enforce_eager=True,gpu_memory_utilization={CPU_MEMORY_UTILIZATION}"
+            f"dtype=float32,enforce_eager=True,kv_cache_memory_bytes={CPU_KV_CACHE_BYTES}"
 
         start = time.perf_counter()
         subprocess.run([str(bindir / "cf-tasks"), "sweep", str(tmp / "run"), "--tasks", args.tasks,

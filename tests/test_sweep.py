@@ -834,6 +834,9 @@ MODEL_ARGS_ERRORS = [
     ("vllm", ["--model_args", "max_lora_rank=24"], "--model_args max_lora_rank=24: vLLM takes one of 1, 8, 16"),
     ("vllm", ["--model_args", "gpu_memory_utilization=1.5"], "gpu_memory_utilization=1.5: pass a fraction"),
     ("vllm", ["--model_args", "max_model_len=0"], "max_model_len=0: pass a whole number"),
+    ("vllm", ["--model_args", "kv_cache_memory_bytes=4GiB"], "kv_cache_memory_bytes=4GiB: pass a whole number"),
+    ("hf", ["--model_args", "kv_cache_memory_bytes=1073741824"],
+     "--model_args kv_cache_memory_bytes: an argument of --backend vllm, not of --backend hf"),
     ("vllm", ["--model_args", "enforce_eager=yes"], "enforce_eager=yes: pass True or False"),
 ]
 
@@ -855,7 +858,7 @@ def test_model_args_errors_stop_before_any_model_loads(run_dir, tmp_path, capsys
 
 def test_model_args_defaults_and_typing_per_backend(monkeypatch):
     import cf_tasks.sweep.model_args as margs
-    from cf_tasks.sweep import CPU_MEMORY_UTILIZATION, parse_model_args, sweep_model_args
+    from cf_tasks.sweep import CPU_KV_CACHE_BYTES, parse_model_args, sweep_model_args
 
     def cfg(backend, model_args=None, **kw):
         return SweepConfig(run_dir=Path("."), tasks=["cf_quotes"], output_path=Path("o"), backend=backend,
@@ -871,7 +874,10 @@ def test_model_args_defaults_and_typing_per_backend(monkeypatch):
     assert sweep_model_args(cfg("hf", "dtype=half,device=cpu", device="cpu")) == {"dtype": "float16", "device": "cpu"}
     monkeypatch.setattr(margs, "vllm_on_cpu", lambda: True)
     assert sweep_model_args(cfg("vllm")) == {"dtype": "auto", "tensor_parallel_size": 1, "enforce_eager": True,
-                                             "gpu_memory_utilization": CPU_MEMORY_UTILIZATION}
+                                             "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+    # A given memory share or KV cache size replaces the default size (vLLM would take the size over the share).
+    assert "kv_cache_memory_bytes" not in sweep_model_args(cfg("vllm", "gpu_memory_utilization=0.3"))
+    assert sweep_model_args(cfg("vllm", "kv_cache_memory_bytes=1073741824"))["kv_cache_memory_bytes"] == 2**30
     given = "enforce_eager=False,gpu_memory_utilization=0.5,tensor_parallel_size=2,dtype=bfloat16"
     assert sweep_model_args(cfg("vllm", given, tensor_parallel_size=2)) == {
         "dtype": "bfloat16", "tensor_parallel_size": 2, "enforce_eager": False, "gpu_memory_utilization": 0.5}

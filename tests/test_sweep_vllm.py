@@ -147,7 +147,7 @@ def test_model_args_reach_the_engine(lora_run, tmp_path, made_backends):
     assert config.model_config.max_model_len == 256 and lm.max_length == 256
     assert config.lora_config.max_lora_rank == 32  # given: not the adapters' bucket (8)
     assert config.model_config.dtype == torch.float32  # dtype=auto: the checkpoint's own, not vLLM's 16-bit auto
-    assert config.model_config.enforce_eager and config.cache_config.gpu_memory_utilization == 0.25  # CPU defaults
+    assert config.model_config.enforce_eager and config.cache_config.kv_cache_memory_bytes == 2 * 1024**3  # CPU defaults
     rows = json.loads((out / "sweep.json").read_text())["rows"]
-    assert {r["model_args"] for r in rows} == {"dtype=auto,enforce_eager=True,gpu_memory_utilization=0.25,"
+    assert {r["model_args"] for r in rows} == {"dtype=auto,enforce_eager=True,kv_cache_memory_bytes=2147483648,"
                                                "max_lora_rank=32,max_model_len=256,tensor_parallel_size=1"}

@@ -21,14 +21,14 @@ dtype), ``groups`` (LoRA adapters generated together), ``config`` (``SweepConfig
 
 from .config import LOCK_TIMEOUT, SweepConfig, SweepError
 from .hf import HFBackend
-from .model_args import CPU_MEMORY_UTILIZATION, checkpoint_dtype, parse_model_args, sweep_model_args
+from .model_args import CPU_KV_CACHE_BYTES, checkpoint_dtype, parse_model_args, sweep_model_args
 from .plan import REQUIRED_PACKAGES, SweepRun, make_backend, run_sweep, shard_from_env, task_settings, vllm_available
 from .stats import ALPHA, check_alpha, item_rows
 from .store import split_results
 from .views import MANIFEST, SWEEP_COLUMNS, format_summary, plot, rebuild_views, report, summarize, sweep_rows, write_outputs
 
 __all__ = [
-    "CPU_MEMORY_UTILIZATION", "HFBackend", "LOCK_TIMEOUT", "MANIFEST", "REQUIRED_PACKAGES", "SWEEP_COLUMNS",
+    "CPU_KV_CACHE_BYTES", "HFBackend", "LOCK_TIMEOUT", "MANIFEST", "REQUIRED_PACKAGES", "SWEEP_COLUMNS",
     "SweepConfig", "SweepError", "SweepRun", "VLLMBackend", "checkpoint_dtype", "format_summary",
     "import_lm_eval_vllm", "make_backend", "parse_model_args", "plot", "rebuild_views", "report", "run_sweep",
     "shard_from_env", "split_results", "summarize", "sweep_model_args", "sweep_rows", "task_settings", "vllm_available",

@@ -30,9 +30,13 @@ from .config import SweepError
 if TYPE_CHECKING:
     from .config import SweepConfig
 
-# On the CPU backend vLLM's gpu_memory_utilization is a fraction of host memory (default 0.92,
-# which a shared machine rarely has free); the KV cache of a sweep needs little.
-CPU_MEMORY_UTILIZATION = 0.25
+# The KV cache the sweep gives a CPU build of vLLM by default, as a size. vLLM's own default sizes
+# it as a fraction of host memory (gpu_memory_utilization 0.92, which a shared machine rarely has
+# free) after a warm-up forward pass that measures the memory the model used; with eager execution
+# and an explicit size its CPU worker skips that pass, about 20 s of every engine start on a
+# 2-core machine. A constant, so that the setting (part of each result's settings) is the same on
+# every machine; a sweep needs little (2 GiB hold 45,000 tokens of SmolLM2-135M in float32).
+CPU_KV_CACHE_BYTES = 2 * 1024**3
 
 SET_BY_SWEEP = {
     "pretrained": "the sweep sets it to each checkpoint (and --base for adapters)",
@@ -44,14 +48,14 @@ SET_BY_SWEEP = {
     "max_loras": "it follows --lora_group",
     "batch_size": "pass --batch_size",
 }
-VLLM_ONLY = ("enforce_eager", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size", "data_parallel_size",
+VLLM_ONLY = ("enforce_eager", "gpu_memory_utilization", "kv_cache_memory_bytes", "max_model_len", "tensor_parallel_size", "data_parallel_size",
              "pipeline_parallel_size", "quantization", "max_lora_rank", "max_cpu_loras", "max_num_seqs",
              "max_num_batched_tokens", "kv_cache_dtype", "enable_prefix_caching", "enable_chunked_prefill",
              "cpu_offload_gb", "swap_space", "tokenizer_mode", "distributed_executor_backend", "enable_expert_parallel")
 HF_ONLY = {"device": "vLLM uses the GPUs in CUDA_VISIBLE_DEVICES"}
 DTYPES = {"auto": "auto", "float32": "float32", "float": "float32", "bfloat16": "bfloat16", "float16": "float16",
           "half": "float16"}
-POSITIVE_INTS = ("max_model_len", "tensor_parallel_size", "data_parallel_size", "max_lora_rank")
+POSITIVE_INTS = ("kv_cache_memory_bytes", "max_model_len", "tensor_parallel_size", "data_parallel_size", "max_lora_rank")
 BOOLS = ("enforce_eager", "trust_remote_code")
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
@@ -188,7 +192,8 @@ def vllm_on_cpu() -> bool:
 def sweep_model_args(cfg: SweepConfig) -> dict[str, Any]:
     """The model arguments of every model this sweep loads, besides its checkpoint: ``--model_args``
     over the defaults (``dtype=auto``; hf: the device; vLLM: ``tensor_parallel_size``, and on a
-    CPU ``enforce_eager=True`` and ``gpu_memory_utilization`` 0.25)."""
+    CPU ``enforce_eager=True`` and a KV cache of ``CPU_KV_CACHE_BYTES``, unless
+    ``gpu_memory_utilization`` or ``kv_cache_memory_bytes`` is given)."""
     given = parse_model_args(cfg.model_args)
     for key in given:
         if key in SET_BY_SWEEP:
@@ -218,7 +223,8 @@ def sweep_model_args(cfg: SweepConfig) -> dict[str, Any]:
         args["tensor_parallel_size"] = tp or cfg.tensor_parallel_size or 1
         if vllm_on_cpu():
             args.setdefault("enforce_eager", True)  # CUDA graphs are for GPUs
-            args.setdefault("gpu_memory_utilization", CPU_MEMORY_UTILIZATION)
+            if "gpu_memory_utilization" not in given and "kv_cache_memory_bytes" not in given:
+                args["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES  # a size: no warm-up pass to measure memory
     return args
 
 
