@@ -632,7 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("vllm", "hf"), default=None, help="default: vllm where installed, else hf")
     p.add_argument("--base", default=None, help="base model for LoRA adapters (default: from adapter_config.json)")
     p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
-    p.add_argument("--batch_size", default=1, help="lm-eval batch size (hf backend)")
+    p.add_argument("--batch_size", default=None,
+                   help="lm-eval batch size, a number, auto or auto:N (hf backend; default 8 on a CPU, 1 on a GPU)")
     p.add_argument("--include_base", action="store_true", help="also score the base model as step 0")
     p.add_argument("--shard", default="0/1",
                    help="I/N: score every N-th checkpoint starting at I (0-based); 'auto': I/N from "

@@ -935,3 +935,23 @@ def test_the_sweeps_steps_can_be_called_one_by_one(run_dir, tmp_path, monkeypatc
     assert {id(s["model_args"]) for s in steps.settings.values()} == {id(steps.model_args)}
     assert lines[-1][0].startswith("sweep: 2 checkpoints: 2 scored, 0 reused, 0 failed")
     assert _values(tmp_path / "out") == _values(tmp_path / "reference")
+
+
+def test_the_hf_batch_size_defaults_to_8_on_a_cpu_and_a_given_one_is_kept(run_dir, tmp_path, made_backends):
+    from cf_tasks.sweep.hf import CPU_BATCH_SIZE
+
+    run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
+    common = ["sweep", str(run), "--tasks", "cf_capitals_mc", "--limit", "2", "--device", "cpu", "--quiet"]
+    assert main([*common, "--output_path", str(tmp_path / "default")]) == 0
+    assert made_backends[-1].lm.batch_size_per_gpu == CPU_BATCH_SIZE == 8
+    assert main([*common, "--output_path", str(tmp_path / "given"), "--batch_size", "3"]) == 0
+    assert made_backends[-1].lm.batch_size_per_gpu == 3
+    # The batch size is no setting of a result: both runs give the same rows.
+    assert _values(tmp_path / "default") == _values(tmp_path / "given")
+
+    # On a GPU, lm-eval's default of 1 (the memory a batch needs depends on the model).
+    from cf_tasks.sweep import HFBackend
+
+    cfg = SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=tmp_path / "gpu", batch_size=None)
+    assert HFBackend(cfg, {"dtype": "auto", "device": "cuda:0"}).batch_size == 1
+    assert HFBackend(cfg, {"dtype": "auto", "device": "cpu"}).batch_size == 8

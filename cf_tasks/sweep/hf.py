@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 
 # The most rows (prompts x adapters) that several batches of a LoRA group decode together.
 AHEAD_ROWS = 128
+# The batch size when --batch_size is not given: 8 on a CPU, 1 (lm-eval's default) elsewhere. On a
+# CPU a batch of 1 prefills each prompt alone and leaves the matrix units idle: 4 LoRA adapters of
+# SmolLM2-135M on cf_suite at --limit 10 took 68 s at 1, 56 s at 8 and 56 s at 32, with every
+# metric equal (benchmarks/sweep_batch_bench.py). On a GPU the memory a batch needs depends on the
+# model, so the choice stays the user's (--batch_size N or auto).
+CPU_BATCH_SIZE = 8
 
 
 @functools.cache
@@ -180,15 +186,17 @@ class HFBackend(AdapterGroups):
         self.loaded_from: str | None = None
         self.model_args = model_args  # the plan's: dtype, device and the rest of --model_args
         self.device = self.model_args["device"]
+        self.batch_size = cfg.batch_size if cfg.batch_size is not None else (
+            CPU_BATCH_SIZE if str(self.device) == "cpu" else 1)
         # An automatic batch size already fills the device: repeating it per adapter would not fit.
-        self.group_size = 1 if str(cfg.batch_size).startswith("auto") else max(1, int(cfg.lora_group))
+        self.group_size = 1 if str(self.batch_size).startswith("auto") else max(1, int(cfg.lora_group))
         self.pending: list[Checkpoint] = []
         self.adapter_names: dict[Path, str] = {}  # adapters of the loaded group still to score
         self.names_used = 0
         self.swaps = 0  # full checkpoints whose weights went into the loaded model
 
     def _new_lm(self, pretrained: str):
-        self.lm = _sweep_hflm_class()(pretrained=pretrained, batch_size=self.cfg.batch_size, **self.model_args)
+        self.lm = _sweep_hflm_class()(pretrained=pretrained, batch_size=self.batch_size, **self.model_args)
         self.loaded_from = pretrained
         self.adapter_names = {}
 
