@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # free) after a warm-up forward pass that measures the memory the model used; with eager execution
 # and an explicit size its CPU worker skips that pass, about 20 s of every engine start on a
 # 2-core machine. A constant, so that the setting (part of each result's settings) is the same on
-# every machine; a sweep needs little (2 GiB hold 45,000 tokens of SmolLM2-135M in float32).
+# every machine; a sweep needs little (2 GiB hold 46,592 tokens of SmolLM2-135M in float32).
 CPU_KV_CACHE_BYTES = 2 * 1024**3
 
 SET_BY_SWEEP = {
@@ -48,8 +48,8 @@ SET_BY_SWEEP = {
     "max_loras": "it follows --lora_group",
     "batch_size": "pass --batch_size",
 }
-VLLM_ONLY = ("enforce_eager", "gpu_memory_utilization", "kv_cache_memory_bytes", "max_model_len", "tensor_parallel_size", "data_parallel_size",
-             "pipeline_parallel_size", "quantization", "max_lora_rank", "max_cpu_loras", "max_num_seqs",
+VLLM_ONLY = ("enforce_eager", "gpu_memory_utilization", "kv_cache_memory_bytes", "max_model_len", "tensor_parallel_size",
+             "data_parallel_size", "pipeline_parallel_size", "quantization", "max_lora_rank", "max_cpu_loras", "max_num_seqs",
              "max_num_batched_tokens", "kv_cache_dtype", "enable_prefix_caching", "enable_chunked_prefill",
              "cpu_offload_gb", "swap_space", "tokenizer_mode", "distributed_executor_backend", "enable_expert_parallel")
 HF_ONLY = {"device": "vLLM uses the GPUs in CUDA_VISIBLE_DEVICES"}
