@@ -16,7 +16,8 @@ One module per job: ``plan`` (checks, settings, the loop), ``store`` (results, c
 ``views`` (tables, plot, summary, ``report``), ``stats`` (paired tests across checkpoints, items.csv),
 ``rescore`` (results rescored from their stored samples after a scorer change, no model loaded),
 ``hf`` and ``vllm`` (the backends), ``model_args`` (``--model_args``: checks, defaults, the checkpoint's
-dtype), ``groups`` (LoRA adapters generated together), ``config`` (``SweepConfig``, ``SweepError``).
+dtype), ``groups`` (LoRA adapters generated together), ``timings`` (``--timings``: seconds per phase),
+``config`` (``SweepConfig``, ``SweepError``).
 """
 
 from .config import LOCK_TIMEOUT, SweepConfig, SweepError
