@@ -371,7 +371,10 @@ def test_case1_concurrent_shards_and_a_duplicate_equal_a_serial_run(run_dir, tmp
     serial = tmp_path / "serial"
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=serial, limit=2), **QUIET) == 0
     shared = tmp_path / "shared"
-    args = [str(run), "--tasks", "cf_capitals_mc", "--output_path", str(shared), "--limit", "2", "--backend", "hf"]
+    # The command line's batch size on a CPU is 8; the serial run's (SweepConfig's) is 1, as lm-eval's:
+    # a log-likelihood can move in its 8th digit with the batch, so both use 1.
+    args = [str(run), "--tasks", "cf_capitals_mc", "--output_path", str(shared), "--limit", "2", "--backend", "hf",
+            "--batch_size", "1"]
     procs = [_cli("sweep", *args, "--shard", s) for s in ("0/2", "1/2", "0/2")]
     codes = [p.wait(timeout=600) for p in procs]
     assert codes == [0, 0, 0], [p.stderr.read()[-2000:] for p in procs]
@@ -405,7 +408,8 @@ def test_a_sigkill_during_a_write_leaves_a_store_the_next_run_completes(run_dir,
     serial = tmp_path / "serial"
     assert run_sweep(SweepConfig(run_dir=run, tasks=["cf_capitals_mc"], output_path=serial, limit=2), **QUIET) == 0
     out = tmp_path / "out"
-    args = [str(run), "--tasks", "cf_capitals_mc", "--output_path", str(out), "--limit", "2", "--backend", "hf"]
+    args = [str(run), "--tasks", "cf_capitals_mc", "--output_path", str(out), "--limit", "2", "--backend", "hf",
+            "--batch_size", "1"]  # the serial run's batch size (SweepConfig's default)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     killed = subprocess.run([sys.executable, "-c", KILL_DURING_WRITE, "sweep", *args], env=env, capture_output=True,
                             text=True, timeout=600)

@@ -44,7 +44,10 @@ def _copy(swept, tmp_path) -> Path:
 
 
 def _args(run, out, *extra):
-    return ["sweep", str(run), "--tasks", TASK, "--output_path", str(out), "--limit", "2", "--backend", "hf", *extra]
+    """The command line of a sweep with the batch size of ``swept``'s run (SweepConfig's, 1): a
+    log-likelihood can move in its 8th digit with the batch."""
+    return ["sweep", str(run), "--tasks", TASK, "--output_path", str(out), "--limit", "2", "--backend", "hf",
+            "--batch_size", "1", *extra]
 
 
 def _rows(out):

@@ -20,7 +20,7 @@ class SweepConfig:
     backend: str = "hf"
     base: str | None = None
     limit: float | None = None
-    batch_size: int | str | None = 1  # None: the backend's default (hf: 8 on a CPU, else 1)
+    batch_size: int | str | None = 1  # lm-eval's default; None (the command line's): hf 8 on a CPU, else 1
     include_base: bool = False
     shard: tuple[int, int] = (0, 1)
     watch: bool = False
