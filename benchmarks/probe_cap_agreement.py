@@ -42,38 +42,42 @@ def main() -> int:
 
     tok = AutoTokenizer.from_pretrained(str(default_model_path()))
     full = [scored_label(r) for r in ROWS]
-    print(f"{'cap':>4s} {'agree with reader':>18s} {'labels changed':>15s} {'answers cut':>12s}")
-    for cap in (int(c) for c in args.caps.split(",")):
+
+    def row_for(label: str, cut_text) -> str:
+        """One table row: each generation cut by ``cut_text``, scored again, against the reader's
+        label and against the whole generation's."""
         agree = changed = cut = 0
         per_family = Counter()
         for row, whole in zip(ROWS, full):
-            ids = tok(row["generation"], add_special_tokens=False)["input_ids"]
-            text = tok.decode(ids[:cap]) if len(ids) > cap else row["generation"]
-            cut += len(ids) > cap
-            label = scored_label({**row, "generation": text})
-            agree += label == row["expected"]
-            changed += label != whole
-            per_family[row["family"]] += label != whole
-        n = len(ROWS)
-        print(f"{cap:4d} {agree / n:17.1%} {changed:15d} {cut:12d}   changed per family: "
-              + json.dumps({k: v for k, v in sorted(per_family.items()) if v}))
+            text = cut_text(row["generation"])
+            cut += text != row["generation"]
+            scored = scored_label({**row, "generation": text})
+            agree += scored == row["expected"]
+            changed += scored != whole
+            per_family[row["family"]] += scored != whole
+        return (f"{label} {agree / len(ROWS):17.1%} {changed:15d} {cut:12d}   changed per family: "
+                + json.dumps({k: v for k, v in sorted(per_family.items()) if v}))
+
+    def capped(cap: int):
+        def cut(text: str) -> str:
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            return tok.decode(ids[:cap]) if len(ids) > cap else text
+        return cut
+
+    def stopped(stops: list[str]):
+        def cut(text: str) -> str:
+            for stop in stops:
+                text = text.split(stop)[0]  # as lm-eval cuts at its ``until`` strings
+            return text
+        return cut
+
+    print(f"{'cap':>4s} {'agree with reader':>18s} {'labels changed':>15s} {'answers cut':>12s}")
+    for cap in (int(c) for c in args.caps.split(",")):
+        print(row_for(f"{cap:4d}", capped(cap)))
     print(f"\n{'stop sequences':>16s} {'agree with reader':>18s} {'labels changed':>15s} {'answers cut':>12s}")
     for group in args.stops.split("|"):
         stops = [x.replace("\\n", "\n") for x in group.split(",") if x]
-        agree = changed = cut = 0
-        per_family = Counter()
-        for row, whole in zip(ROWS, full):
-            text = row["generation"]
-            for stop in stops:
-                text = text.split(stop)[0]  # as lm-eval cuts at its ``until`` strings
-            cut += text != row["generation"]
-            label = scored_label({**row, "generation": text})
-            agree += label == row["expected"]
-            changed += label != whole
-            per_family[row["family"]] += label != whole
-        n = len(ROWS)
-        print(f"{json.dumps(stops):>16s} {agree / n:17.1%} {changed:15d} {cut:12d}   changed per family: "
-              + json.dumps({k: v for k, v in sorted(per_family.items()) if v}))
+        print(row_for(f"{json.dumps(stops):>16s}", stopped(stops)))
     return 0
 
 
