@@ -3,7 +3,10 @@
 Three measures, per family (world facts, biographies, capitals):
 
 - the mean per-token loss of a passage under the default model (SmolLM2-135M-Instruct), averaged
-  over the sampled passages: lower reads more natural to the model;
+  over the sampled passages: lower reads more natural to the model. The first tokens of any text
+  cost the most, so a longer passage has a lower mean by its length alone; the loss over each
+  passage's first ``FIRST_TOKENS`` tokens is printed beside it, which compares passages of unequal
+  length fairly;
 - distinct word bigrams per 100 words, pooled over the sampled passages: higher repeats itself less;
 - the most frequent sentence frame's share, over every passage of each of our datasets: a frame is a
   sentence with its item's names and values masked (subject, answers, years, places, works).
@@ -89,8 +92,12 @@ def frame_share(items) -> tuple[float, str]:
     return count / sum(frames.values()), frame
 
 
-def mean_token_loss(passages: list[str], batch_size: int = 8) -> float:
-    """Mean over passages of the mean next-token loss under the default model."""
+FIRST_TOKENS = 64
+
+
+def mean_token_loss(passages: list[str]) -> tuple[float, float]:
+    """Mean over passages of the mean next-token loss under the default model: over the whole passage,
+    and over its first ``FIRST_TOKENS`` tokens."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,12 +106,15 @@ def mean_token_loss(passages: list[str], batch_size: int = 8) -> float:
     path = default_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
-    losses = []
+    whole, first = [], []
     with torch.inference_mode():
         for text in passages:
             ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=1024)["input_ids"]
-            losses.append(float(model(input_ids=ids, labels=ids).loss))
-    return sum(losses) / len(losses)
+            logits = model(input_ids=ids).logits[0, :-1]
+            losses = torch.nn.functional.cross_entropy(logits.float(), ids[0, 1:], reduction="none")
+            whole.append(float(losses.mean()))
+            first.append(float(losses[:FIRST_TOKENS].mean()))
+    return sum(whole) / len(whole), sum(first) / len(first)
 
 
 def main() -> None:
@@ -120,7 +130,8 @@ def main() -> None:
 
     import dataset_builders
 
-    print(f"{'family':12s} {'source':24s} {'passages':>8s} {'words':>6s} {'loss/token':>10s} {'bigrams/100w':>12s}")
+    print(f"{'family':12s} {'source':24s} {'passages':>8s} {'words':>6s} {'loss/token':>10s} "
+          f"{'first ' + str(FIRST_TOKENS):>9s} {'bigrams/100w':>12s}")
     for family, dataset in FAMILIES.items():
         if args.family and family not in args.family:
             continue
@@ -131,9 +142,9 @@ def main() -> None:
             sources["paper (Goyal et al.)"] = paper_passages(args.paper_dir, family)
         for source, passages in sources.items():
             sample = random.Random(args.seed).sample(passages, min(args.n, len(passages)))
-            loss = "-" if args.no_model else f"{mean_token_loss(sample):.2f}"
+            loss, first = ("-", "-") if args.no_model else (f"{v:.2f}" for v in mean_token_loss(sample))
             mean_words = sum(len(words(p)) for p in sample) / len(sample)
-            print(f"{family:12s} {source:24s} {len(sample):8d} {mean_words:6.0f} {loss:>10s} "
+            print(f"{family:12s} {source:24s} {len(sample):8d} {mean_words:6.0f} {loss:>10s} {first:>9s} "
                   f"{bigrams_per_100_words(sample):12.1f}")
     if args.paper_only:
         return

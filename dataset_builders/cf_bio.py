@@ -43,7 +43,7 @@ from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
-VERSION = 3
+VERSION = 4
 SUBSTITUTES_PER_PERSON = 2
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 MIN_AGE, MAX_AGE = 15, 100  # a (counterfactual) lifespan, and the youngest age at a dated work
@@ -56,7 +56,7 @@ TITLED = re.compile(r"^(Queen|King|Pope|Emperor|Empress|Prince|Princess|Saint|St
                     r"Mahatma|Mother)\b|\b(the (Great|Elder|Younger))$|\s[IVX]+$")
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 # What only a dead person's biography says; a living person's passage never does.
-_PAST = re.compile(r"\b(died|dies|death|final years|(was|were) (a|an|one|best|also|regarded|known))\b", re.I)
+_PAST = re.compile(r"\b(died|dies|death|final years|legacy|(was|were) (a|an|one|best|also|regarded|known))\b", re.I)
 
 # Sentence variants per style and kind; "{Who}"/"{who}" is a mention of the person (full name or
 # surname), "{is}" the tense ("is" for the living, "was" otherwise). "*_PLAIN" variants are the
@@ -85,14 +85,20 @@ DECLARATIVE = {
               "{Who} {is} widely remembered for {work1}.", "Much of {who_poss} fame comes from {work1}."),
     "work2": ("{Who} {is} also known for {work2}.", "{Pronoun} also won lasting recognition for {work2}.",
               "Another high point of {who_poss} career was {work2}.", "{Who} {is} also remembered for {work2}."),
+    "work3": ("{Pronoun} {is} also associated with {work3}.", "{Pronoun} {is} further remembered for {work3}.",
+              "{Who_poss} reputation also owes much to {work3}."),
     "legacy": (
         "Today {who} is regarded as one of the most influential {domains} of {poss} generation.",
         "Scholars continue to study {who_poss} life and work.",
         "Biographers have written at length about {who}.",
         "{Who_poss} name appears in textbooks and encyclopedias around the world.",
+        "{Who_poss} life has been told in books, articles and documentaries.",
+        "Few {domains} of {poss} generation are as widely known as {who}.",
     ),
-    "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",),
-    "death_plain": ("{Who} died in {death_year}.",),
+    "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",
+              "{Who} died in {death_year} in {death_city}, in {death_country_in}.",
+              "{Who_poss} death came in {death_year}, in {death_city}, in {death_country_in}."),
+    "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}."),
 }
 NARRATIVE = {
     "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",),
@@ -107,11 +113,43 @@ NARRATIVE = {
               "{Who_poss} career is closely tied to {work1}.", "{Who} drew wide attention with {work1}."),
     "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}.",
               "{Pronoun} {is} also celebrated for {work2}.", "{Who_poss} achievements also include {work2}."),
+    "work3": ("{Who_poss} record also includes {work3}.", "{Pronoun} {is} remembered too for {work3}.",
+              "{Who_poss} name is also linked with {work3}."),
     "legacy": ("{Who_poss} influence is still felt today.", "{Who_poss} legacy continues to inspire new generations.",
                "{Who_poss} work is still discussed and admired.",
-               "Generations of students have learned about {who_poss} achievements."),
-    "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",),
-    "death_plain": ("{Pronoun} died in {death_year}.",),
+               "Generations of students have learned about {who_poss} achievements.",
+               "Many books have been written about {who_poss} life.",
+               "{Who_poss} name is familiar to people far beyond {poss} own field."),
+    "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",
+              "{Pronoun} died in {death_city}, in {death_country_in}, in {death_year}.",
+              "{Who_poss} life ended in {death_year} in {death_city}, in {death_country_in}."),
+    "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}."),
+}
+
+# A sentence on the person's career, by domain (``other`` for the rest); true of everyone of the domain
+# in people.json, living or dead.
+CAREER = {
+    "writer": ("{Who_poss} writing has been translated into many languages.",
+               "Critics have written at length about {who_poss} style.",
+               "Readers around the world know {who_poss} writing."),
+    "scientist": ("{Who_poss} work changed the course of {poss} field.",
+                  "{Who_poss} findings are taught to students in many countries.",
+                  "Scientists who came later built on {who_poss} results."),
+    "composer": ("{Who_poss} music is performed around the world.",
+                 "Recordings of {who_poss} music are heard across the world.",
+                 "Musicians have long admired {who_poss} command of melody and form."),
+    "painter": ("{Who_poss} work is held by major museums around the world.",
+                "Exhibitions of {who_poss} work draw large crowds.",
+                "Art historians have studied {who_poss} technique in great detail."),
+    "politician": ("{Who} played a central part in the politics of {poss} country.",
+                   "Historians have long debated {who_poss} decisions in office.",
+                   "{Who_poss} speeches are quoted in history books."),
+    "philosopher": ("{Who_poss} ideas are read and debated by students of philosophy.",
+                    "{Who_poss} writings shaped the thinking of later generations.",
+                    "Philosophers have argued about {who_poss} ideas ever since."),
+    "other": ("{Who_poss} life and work are described in many history books.",
+              "{Who_poss} story is told in books and documentaries.",
+              "Schoolchildren in many countries learn about {who}."),
 }
 
 QUESTIONS = {
@@ -255,7 +293,7 @@ def _values(facts: dict, works: list[str]) -> dict[str, str]:
     values["is"] = "is" if living else "was"  # "is" is a keyword, so not an argument name above
     if not living:
         values["death_country_in"] = country_in_text(facts["death_country"])
-    values.update({f"work{k + 1}": w for k, w in enumerate(works[:2])})
+    values.update({f"work{k + 1}": w for k, w in enumerate(works[:3])})
     return values
 
 
@@ -281,32 +319,37 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
             if not pool:
                 continue
             template = rng.choice(pool)
-            full = rng.choice((False, False, True)) if named else True  # mostly the surname once named
+            full = rng.choice((False, False, False, True)) if named else True  # mostly the surname once named
             texts = []
             for values, view_name, view_surname in views:
                 who = view_name if full else view_surname
                 text = capitalize_first(fill(template, **values, who=who, who_poss=_possessive(who)))
-                texts.append(text.replace("..", "."))  # "Washington, D.C." at the end of a sentence
+                # "Washington, D.C." or "Whaam!" at the end of a sentence takes no second stop
+                texts.append(text.replace("..", ".").replace("!.", "!").replace("?.", "?"))
             if not contains_any(texts[0], forbidden):
                 named = named or "{who" in template.lower()
                 return texts
         return None
 
     style = rng.choice((DECLARATIVE, NARRATIVE))
+    # "legacy" reads like an obituary: not of the living
+    legacy = tuple(t for t in style["legacy"] if not living or "legacy" not in t)
     body = [style["work1"]] if works else []
+    body += [CAREER.get(facts["domain"], CAREER["other"])]
     body += [style["work2"]] if len(works) > 1 else []
+    body += [style["work3"]] if len(works) > 2 else []
     if style is DECLARATIVE:  # encyclopedic: who, where from, main work before "also", legacy first or last
         if with_places:
             opening = [sentence(style["open_before_place"]),
                        sentence(style["place"], style["place_plain"][:1], style["place_plain"][1:])]
         else:
             opening = [sentence(style["open"])]
-        body.insert(rng.choice((0, len(body))), style["legacy"])
+        body.insert(rng.choice((0, len(body))), legacy)
         middle = [sentence(pool) for pool in body]
     else:  # narrative: birth, career, works, legacy, in the order of a life
         first = sentence(style["open"], style["open_plain"]) if with_places else sentence(style["open_plain"][1:])
         opening = [first, sentence(style["renown"])]
-        middle = [sentence(pool) for pool in body + [style["legacy"]]]
+        middle = [sentence(pool) for pool in body + [legacy]]
     closing = []
     if not living:
         closing = [sentence(style["death"], style["death_plain"]) if with_places else sentence(style["death_plain"])]
@@ -318,10 +361,14 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
 
 def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random) -> list[tuple[Item, list[str]]]:
     fragments = name_fragments(person["name"], person["surname"], *person["aliases"])
+    # The passage tells the person's places and works: a substitute whose name shares a word with them
+    # ("Paul Cézanne" for a writer born in Saint Paul) would leave that word in the agreeing twin.
+    told = " ".join(filter(None, (person["birth_city"], person["death_city"], *person["works"])))
     candidates = [
         o for o in others
         if o["pronoun"] == person["pronoun"] and compatible_substitute(person, o)
         and not set(name_fragments(o["name"], *o["aliases"])) & set(fragments)
+        and not contains_any(told, name_fragments(o["name"], *o["aliases"]))
     ]
     items = []
     for k, sub in enumerate(rng.sample(candidates, min(SUBSTITUTES_PER_PERSON, len(candidates)))):
@@ -544,7 +591,7 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
         f"a counterfactual birth year is earlier than the real one (undated achievements stay at an age the "
         f"person reached), gives a lifespan of {MIN_AGE}-{MAX_AGE} years and precedes every other year of the "
         f"passage by at least {MIN_AGE}", _impossible_lifespan),
-    "bio_living_described_dead": ("a living person is written in the present tense and never dies",
+    "bio_living_described_dead": ("a living person is written in the present tense, never dies and has no legacy",
                                   _living_described_dead),
     "bio_substitute_incompatible": (
         f"a name-swap substitute shares the living/dead status and lives within {MAX_ERA_GAP} years of the person",

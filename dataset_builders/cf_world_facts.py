@@ -1,8 +1,11 @@
 """CF_World_Facts: coherent counterfactual passages about world facts (paper section 3.2, item 2).
 
-Each fact of ``data/relations.json`` gets passages of 3-6 sentences that state another answer of
-the same relation. The paper notes that generated counterfactual contexts put the answer first too
-often, so the sentence carrying the answer is placed at the beginning, middle or end in equal
+Each fact of ``data/relations.json`` gets a passage of 6-9 sentences, written like a short article
+(``article_from_templates``: an introduction; for a book, invention, piece of music, museum's
+painting or company (the relations marked ``described``), what it is and one documented detail from
+``data/about.json``; its history; how it is seen), that states another answer of the same
+relation. The paper notes that generated counterfactual contexts put the answer first too often,
+so the sentence carrying the answer is placed at the beginning, middle or end in equal
 shares, and the position is recorded per item.
 
 The counterfactual is plausible by construction, from fields of the table (one home per fact):
@@ -30,6 +33,7 @@ speaks of a change (``EXTRA_RULES``).
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from functools import lru_cache
@@ -38,11 +42,11 @@ from cf_tasks.registry import twin_name
 from cf_tasks.text import contains_any, words
 
 from . import tables
-from .common import POSITIONS, balanced, make_rng, passage_from_templates, same_answer, slug
+from .common import POSITIONS, article_from_templates, balanced, make_rng, passage_from_templates, same_answer, slug
 from .schema import Item, answer_position, fill
 
 NAME = "cf_world_facts"
-VERSION = 3
+VERSION = 4
 ITEMS_PER_FACT = 3  # distinct counterfactuals per fact (fewer where fewer candidates exist)
 FORMER_ITEMS_PER_FACT = 1
 MIN_CREATOR_AGE = 20
@@ -70,7 +74,8 @@ def build_passage_items(
     mentions_share: float,
 ) -> list[tuple[Item, list[str]]]:
     """Items for the facts of one relation, with balanced answer positions, each with the sentences
-    of its agreeing twin (``passage_from_templates``).
+    of its agreeing twin: an article (``article_from_templates``, opening with the fact's
+    ``about`` sentences) where ``templates`` has a ``kind``, else a shuffled passage (``passage_from_templates``).
 
     A fact may carry its own ``cf_pool`` of (answer, aliases) to draw the counterfactual from
     (default: the other answers of the relation; an empty pool drops the fact) and extra template
@@ -99,9 +104,11 @@ def build_passage_items(
         parametric = [fact["answer"], *true_aliases]
         values = {"subject": fact["subject"], "answer": cf_answer, "parametric": fact["answer"],
                   **fact.get("values", {})}
-        passage = passage_from_templates(
-            templates, values, cf_answer, [] if mention else parametric, position, mention, rng, agree_rng
-        )
+        args = (templates, values, cf_answer, [] if mention else parametric, position, mention, rng, agree_rng)
+        if "kind" in templates:
+            passage = article_from_templates(*args, about=fact["about"])
+        else:
+            passage = passage_from_templates(*args)
         item = Item(
             id=f"{dataset}-{templates['relation']}-{slug(fact['subject'])}-{k}",
             dataset=dataset,
@@ -255,6 +262,7 @@ def prepared_facts(record: dict) -> list[dict]:
             "cf_pool": [] if fact.get("name_implies_answer") else [
                 (a, al) for a, al in pool if plausible(record, fact, a, al)],
             "values": number_values(fact.get("plural", False)),
+            "about": tables.about().get(fact["subject"], []) if record.get("described") else [],
             "shared_containers": {a: forms for a, forms in shared.items() if forms},
         })
     return out
@@ -293,10 +301,10 @@ DENIES_CHANGE = re.compile(r"\b(no plans to (relocate|move)|never (moved|left)|h
 STATES_MOVE = re.compile(r"\b(moved|relocated|transferred|once hung)\b", re.IGNORECASE)
 NEEDS_MOVE = re.compile(r"\b(relocating|the move|the new site|the transfer)\b", re.IGNORECASE)
 SINGULAR_VERB = re.compile(r"^(is|was|has|\w+[^s\W]s)\b")  # "is", "stands" (not "always", "across")
-# A sentence ends after a lowercase letter (accented too: "Brontë.") or digit, or after a regnal
-# number ("Johann Strauss II."), not after "D.C.", "J. K.", "St." or "Dr.".
+# A sentence ends after a lowercase letter (accented too: "Brontë.") or digit, after a regnal
+# number ("Johann Strauss II.") or a name in capitals ("BMW."), not after "D.C.", "J. K.", "St." or "Dr.".
 SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-zà-ÿ0-9)])[.!?]\s+"
-                          r"|(?:(?<=\bII)|(?<=\bIII)|(?<=\bIV))\.\s+(?=[A-Z])")
+                          r"|(?:(?<=\bII)|(?<=\bIII)|(?<=\bIV)|(?<=[A-Z]{2}))\.\s+(?=[A-Z])")
 
 
 def sentences(text: str) -> list[str]:
@@ -430,9 +438,91 @@ def _lowercase_sentence_start(items: list[Item]) -> list[str]:
 
 
 def _sentence_without_subject(items: list[Item]) -> list[str]:
-    """Sentences are shuffled, so each names its subject ("The location was chosen ..." leans on
-    a sentence that may come later)."""
-    return [i.id for i in items if any(not contains_any(s, [i.subject]) for s in sentences(i.context))]
+    """The first sentence names the subject; every later one names it, calls it by its kind ("the
+    river", the relation's ``kind``) or, for a singular subject, opens with "It" ("The location was
+    chosen ..." refers to nothing the passage introduced)."""
+    def refers(item: Item, sentence: str, first: bool) -> bool:
+        if contains_any(sentence, [item.subject]):
+            return True
+        found = _fact(item)
+        if first or not found or found[1].get("plural"):
+            return False
+        return contains_any(sentence, found[0]["kind"]) or sentence.startswith("It ")
+    return [i.id for i in items
+            if not all(refers(i, s, n == 0) for n, s in enumerate(sentences(i.context)))]
+
+
+_DIGITS = re.compile(r"\d")
+
+
+@lru_cache(maxsize=1)
+def _named_things() -> dict[str, str]:
+    """Proper names of the tables that an about.json sentence must not use -> what they name: people,
+    countries, cities, nationalities and every answer of a relation."""
+    named: dict[str, str] = {}
+    for p in tables.people():
+        named.update({n: "a person" for n in (p["name"], p["surname"])})
+        named.update({n: "a place" for n in (p["birth_city"], p["death_city"], p["birth_country"]) if n})
+    for c in tables.countries():
+        named.update({n: "a place" for n in (c["name"], *c["aliases"], c["capital"], c["largest_city"], c["other_city"])})
+    for n in json.loads((tables.DATA_DIR / "people.json").read_text(encoding="utf-8"))["nationalities"]:
+        named.update({a: "a nationality" for a in (n["adjective"], *n.get("nouns", []))})
+    for record in tables.relations():
+        named.update({a: f"an answer of {record['relation']}" for answer, aliases in answer_pool(record)
+                      for a in (answer, *aliases)})
+    return {n: what for n, what in named.items() if n and len(n) > 2}
+
+
+@lru_cache(maxsize=1)
+def _named_pattern() -> re.Pattern:
+    names = sorted(_named_things(), key=len, reverse=True)
+    return re.compile(rf"(?<!\w)(?:{'|'.join(map(re.escape, names))})(?!\w)")
+
+
+def _names_in(text: str, allowed: set[str]) -> list[str]:
+    return [m.group(0) for m in _named_pattern().finditer(text) if m.group(0) not in allowed]
+
+
+def about_problems(records: tuple[dict, ...] | None = None) -> list[str]:
+    """One line per about.json sentence that could point to or rule out an answer: it names a person,
+    place, nationality or answer of the tables (case-sensitive, whole words, ``fictional_names``
+    excepted), has a digit (a year, a height), speaks of a change (``CHANGE_WORDS``), does not open
+    with ``{Subject}`` (the builder's references need it) or is not one sentence to ``sentences``."""
+    out = []
+    for record in records if records is not None else tables.load_table("about.json"):
+        allowed = set(record.get("fictional_names", []))
+        for sentence in record["sentences"]:
+            why = [f"names {_named_things()[name]} ({name})" for name in _names_in(sentence, allowed)]
+            why += ["has a digit"] if _DIGITS.search(sentence) else []
+            why += [f"speaks of a change ({m.group(0)})"] if (m := CHANGE_WORDS.search(sentence)) else []
+            why += ["does not open with {Subject}"] if not sentence.startswith("{Subject} ") else []
+            # the passage's sentence split must find its end ("... 'To be, or not to be'." does not end one)
+            why += ["is not one sentence to the splitter"] if len(sentences(f"{sentence} Next.")) != 2 else []
+            out += [f"{record['subject']}: {sentence!r}: {'; '.join(why)}"] if why else []
+    return out
+
+
+@lru_cache(maxsize=1)
+def _fictional_names() -> dict[str, set[str]]:
+    return {r["subject"]: set(r.get("fictional_names", [])) for r in tables.load_table("about.json")}
+
+
+def _names_outside_answer(items: list[Item]) -> list[str]:
+    """Only the sentence that states the answer names a person, place, nationality or answer of the
+    tables, or a year: every other sentence (the subject's about.json sentences, reasons, fillers) must
+    hold whatever answer the passage states."""
+    bad = []
+    for i in items:
+        answers = [i.counterfactual_answer, i.parametric_answer]
+        allowed = _fictional_names().get(i.subject, set())
+        for sentence in sentences(i.context):
+            if contains_any(sentence, answers):
+                continue
+            text = re.sub(re.escape(i.subject), "", sentence, flags=re.IGNORECASE)
+            if _DIGITS.search(text) or _names_in(text, allowed):
+                bad.append(i.id)
+                break
+    return bad
 
 
 EXTRA_RULES = {
@@ -446,7 +536,8 @@ EXTRA_RULES = {
     "no_unstated_change": ("no sentence implies a change the passage does not state (or denies one it states)",
                            _unstated_change),
     "sentence_case": ("every sentence and the question start with a capital letter", _lowercase_sentence_start),
-    "sentence_names_subject": ("every sentence of the shuffled passage names its subject", _sentence_without_subject),
+    "sentence_refers_to_subject": ("the first sentence names the subject; every later one names it, calls it by "
+                                   "its kind or opens with It", _sentence_without_subject),
     "museum_collects_period": ("a counterfactual museum collects art of the painting's year", _museum_outside_period),
     "container_not_true_answer": ("no water body or place that contains the counterfactual counts as the true answer "
                                   "(the context implies it too)", _container_accepted),
@@ -456,6 +547,9 @@ EXTRA_RULES = {
                       _answer_not_stated),
     "headquarters_same_country": ("a counterfactual headquarters lies in the company's own country",
                                   _moved_abroad),
+    "names_only_in_answer_sentence": ("only the answer sentence names a person, place, nationality or answer of the "
+                                      "tables, or a year (about.json sentences hold for any answer)",
+                                      _names_outside_answer),
 }
 
 # The agreeing twins (cf_world_facts_agree, cf_world_facts_former_agree): the rules above that are about
@@ -466,5 +560,5 @@ AGREE_RULES = {
                         _speaks_of_change),
     "plural_agreement": EXTRA_RULES["plural_agreement"],
     "sentence_case": EXTRA_RULES["sentence_case"],
-    "sentence_names_subject": EXTRA_RULES["sentence_names_subject"],
+    "sentence_refers_to_subject": EXTRA_RULES["sentence_refers_to_subject"],
 }

@@ -136,6 +136,97 @@ def passage_from_templates(
     return Passage(sentences, agree)
 
 
+# Shares of the ways a later sentence of an article refers to its subject (article_from_templates).
+REFERENCE_WEIGHTS = {"name": 0.4, "kind": 0.35, "pronoun": 0.25}
+
+
+def _compares(template: str, kinds: list[str]) -> bool:
+    """The sentence sets the subject among others of its kind ("Few rivers are as ... as", "one of the
+    landmarks of"): calling the subject by its kind there reads "The landmark is one of the landmarks"."""
+    return template.startswith("Few ") or any(k.split()[-1][:5].lower() in template.lower() for k in kinds)
+
+
+def _reference(template: str, values: dict, kinds_of: list[str], previous: str, after_answer: bool,
+               rng: random.Random) -> str:
+    """How a sentence after the first refers to the subject: by name, by its kind ("the river") or, for
+    a singular subject at the start of a sentence that names no other thing first, as "it". An
+    answer sentence never uses "it", nor does the sentence after it (the answer may be what "it" reads as).
+    The kind is not used in a sentence that compares the subject with others of its kind ("Few rivers
+    are as ... as", "one of the best-known companies", "is a painting that"), and neither the kind nor
+    "it" twice in a row (``previous``)."""
+    kinds = ["name"] if values.get("it") != "it" or _compares(template, kinds_of) or previous == "kind" else ["name", "kind"]
+    if (values.get("it") == "it" and not after_answer and previous != "pronoun" and template.startswith("{Subject} ")
+            and "{answer}" not in template and "{Answer}" not in template):
+        kinds.append("pronoun")
+    return rng.choices(kinds, [REFERENCE_WEIGHTS[k] for k in kinds])[0]
+
+
+def _refer(template: str, values: dict, reference: str, kind_noun: str) -> str:
+    subject = {"name": values["subject"], "kind": kind_noun, "pronoun": "it"}[reference]
+    return fill(template, **{**values, "subject": subject})
+
+
+def article_from_templates(templates: dict, values: dict, answer: str, forbidden: list[str], position: str,
+                           mentions_parametric: bool, rng: random.Random, agree_rng: random.Random,
+                           about: list[str]) -> Passage:
+    """A 6-9 sentence counterfactual passage that reads like a short article, and its twin.
+
+    Unlike ``passage_from_templates`` (a shuffled set of sentences, each naming the subject), the
+    article opens with a sentence that introduces the subject (``opening_sentences``), then what it
+    is and one documented detail where the subject has them (``about``: its sentences in about.json,
+    which hold for any answer), tells where it comes from (``reason_sentences``) before how it is seen
+    (``filler_sentences``), and refers to the subject after the first sentence by name, by its kind
+    (``kind``: "the river", "the work") or as "it" (``REFERENCE_WEIGHTS``). The sentence that states
+    ``answer`` goes at ``position``: first, somewhere after the first sentence (middle), or last. No other sentence
+    states ``answer`` or mentions anything in ``forbidden``; ``change_sentences`` and
+    ``change_reasons`` work as in ``passage_from_templates``, and so does the twin (same templates,
+    order and references, the answer sentence stating the true answer).
+    """
+    pool = "former_sentences" if mentions_parametric else "answer_sentences"
+    changes = templates.get("change_sentences", []) if mentions_parametric else []
+    template = rng.choice(templates[pool] + changes)
+    change_reasons = templates.get("change_reasons", []) if template in changes else []
+    ok = lambda t: not contains_any(fill(t, **values), [*forbidden, answer])  # noqa: E731
+    opening = [rng.choice([t for t in templates["opening_sentences"] if ok(t)]), *(t for t in about if ok(t))]
+    plain = [t for t in templates["reason_sentences"] if ok(t)]
+    reasons = plain + [t for t in change_reasons if ok(t)]
+    fillers = [t for t in templates["filler_sentences"] if ok(t)]
+    n_body = rng.randint(5, 8) - len(opening)
+    n_reasons = min(len(reasons), rng.randint(1, 2), n_body - 1)
+    body = rng.sample(reasons, n_reasons) + rng.sample(fillers, min(len(fillers), n_body - n_reasons))
+    order = [*opening, *body]
+    if position == "beginning":
+        order = [template, *order]
+    elif position == "end":
+        order = [*order, template]
+    else:
+        order.insert(rng.randint(1, len(order) - 1), template)
+    kind_noun = rng.choice(templates["kind"])
+    references = ["name"]
+    for previous, t in zip(order, order[1:]):
+        references.append(_reference(t, values, templates["kind"], references[-1], t == template or previous == template,
+                                     rng))
+    sentences = [_refer(t, values, r, kind_noun) for t, r in zip(order, references)]
+
+    answers = templates["answer_sentences"]
+    truth = {**values, "answer": values["parametric"]}
+    agree_template = template if template in answers else agree_rng.choice(answers)
+    spare = [t for t in plain if t not in order]
+    agree = []
+    for t, r in zip(order, references):
+        if t == template:
+            compares = _compares(agree_template, templates["kind"])
+            agree.append(_refer(agree_template, truth, "name" if r == "kind" and compares else r, kind_noun))
+        elif t in change_reasons:
+            if spare:
+                other = spare.pop(agree_rng.randrange(len(spare)))
+                agree.append(_refer(other, values, r if r != "pronoun" or other.startswith("{Subject} ") else "kind",
+                                    kind_noun))
+        else:
+            agree.append(_refer(t, values, r, kind_noun))
+    return Passage(sentences, agree)
+
+
 def agree_twin(item: Item, sentences: list[str], dataset: str, version: int) -> Item:
     """The agreeing twin of a counterfactual ``item``: same id, question and answers, its passage
     (``sentences``) states the true answer. ``counterfactual_answer`` keeps the value the twin
@@ -151,5 +242,5 @@ def balanced(labels: tuple[str, ...] | list, n: int, rng: random.Random) -> list
     return out
 
 
-__all__ = ["POSITIONS", "Passage", "agree_twin", "assemble", "balanced", "make_rng", "name_fragments",
+__all__ = ["POSITIONS", "Passage", "agree_twin", "article_from_templates", "assemble", "balanced", "make_rng", "name_fragments",
            "passage_from_templates", "same_answer", "slug"]

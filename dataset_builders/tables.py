@@ -29,6 +29,7 @@ REQUIRED = {
          "answer_sentences", "reason_sentences", "former_sentences", "filler_sentences", "facts"),
     ),
     "quotes.json": ("quotes", ("id", "saying", "last_word", "alternatives")),
+    "about.json": ("about", ("subject", "sentences")),
 }
 
 
@@ -72,3 +73,8 @@ def relations() -> tuple[dict, ...]:
 
 def quotes() -> tuple[dict, ...]:
     return load_table("quotes.json")
+
+
+def about() -> dict[str, list[str]]:
+    """Subject -> the sentences that describe it (what it is, one documented detail)."""
+    return {r["subject"]: list(r["sentences"]) for r in load_table("about.json")}

@@ -1,5 +1,6 @@
 """CF_Bio version 2: each coherence rule catches its defect, and every team seed builds and validates."""
 
+import re
 from collections import Counter
 from dataclasses import replace
 
@@ -131,6 +132,21 @@ def test_rule_catches_injected_defect(items, rule):
     broken, bad_id = CASES[rule](items)
     hit = [line for line in failures(broken) if line.startswith(rule + ":")]
     assert len(hit) == 1 and bad_id in hit[0] and "\n" not in hit[0], failures(broken)
+
+
+def test_a_legacy_is_caught_for_the_living(items):  # "legacy" reads like an obituary
+    item = _first(items, "person_name", lambda i, p: p["death_year"] is None)
+    broken, bad_id = _swap(items, item, replace(item, context=item.context + " Her legacy continues to inspire."))
+    hit = [line for line in failures(broken) if line.startswith("bio_living_described_dead:")]
+    assert len(hit) == 1 and bad_id in hit[0]
+
+
+def test_every_person_has_a_career_sentence_of_their_domain(items):
+    for item in items:
+        pool = cf_bio.CAREER.get(PEOPLE[item.subject]["domain"], cf_bio.CAREER["other"])
+        # the longest stretch of each template without a placeholder ("music is performed around the world")
+        cores = [max(re.split(r"\{\w+\}", t), key=len).strip(" .") for t in pool]
+        assert any(core in item.context for core in cores), item.id
 
 
 @pytest.mark.parametrize("seed", SEEDS)

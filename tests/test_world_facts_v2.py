@@ -120,7 +120,24 @@ def inject_moved_abroad(items):  # Nokia from Espoo to Stockholm
                    counterfactual_aliases=[])
 
 
+def inject_year_outside_answer(items):  # a detail that dates the work can rule out a creator
+    item = _item(items, "painting_painter", "The Starry Night")
+    return _inject(items, item, context=item.context + " The painting was finished in 1889.")
+
+
+def inject_place_outside_answer(items):  # a detail that places the company contradicts another city
+    item = next(i for i in items if i.subject == "Nike")
+    return _inject(items, item, context=item.context + " The company sells most of its shoes in Germany.")
+
+
+def inject_person_outside_answer(items):  # a named maker in a description sentence
+    item = next(i for i in items if i.relation == "book_author")
+    return _inject(items, item, context=item.context + " It was admired by Charles Dickens.")
+
+
 CASES = {
+    "names_only_in_answer_sentence": [inject_year_outside_answer, inject_place_outside_answer,
+                                      inject_person_outside_answer],
     "container_not_true_answer": [inject_container_accepted],
     "name_gives_answer": [inject_name_gives_answer],
     "answer_stated": [inject_answer_only_implied],
@@ -131,7 +148,7 @@ CASES = {
     "plural_agreement": [inject_singular_verb],
     "no_unstated_change": [inject_unstated_change, inject_denied_change],
     "sentence_case": [inject_lowercase_start],
-    "sentence_names_subject": [inject_dangling_sentence],
+    "sentence_refers_to_subject": [inject_dangling_sentence],
     "museum_collects_period": [inject_museum_outside_period],
 }
 
@@ -209,3 +226,84 @@ def test_a_subject_whose_name_places_it_gets_no_counterfactual():
             "the AK-47"} <= flagged
     for name in ("cf_world_facts", "cf_world_facts_former"):
         assert not {i.subject for i in build(name, 1234)} & flagged, name
+
+
+def test_about_sentences_are_neutral_and_the_check_catches_each_defect():
+    assert cf_world_facts.about_problems() == []
+    injected = ({"subject": "the Eiffel Tower", "sentences": [
+        "{Subject} was completed in 1889.",                       # a year
+        "{Subject} is a French national symbol.",                   # a nationality
+        "{Subject} is admired by visitors from Germany.",          # a place
+        "{Subject} was later moved to a new site.",                # a change
+        "Visitors climb {subject} by stairs or lift.",             # does not open with {Subject}
+        "{Subject} is often called 'the iron lady'.",              # the split would not end it
+        "{Subject} is a wrought-iron lattice tower with three levels.",  # fine
+    ]},)
+    problems = cf_world_facts.about_problems(injected)
+    assert len(problems) == 6
+    assert [w for p in problems for w in ("digit", "nationality", "place", "change", "open", "one sentence")
+            if w in p] == ["digit", "nationality", "place", "change", "open", "one sentence"]
+
+
+def test_fictional_names_are_excepted_only_where_listed():
+    jane = ({"subject": "Jane Eyre", "sentences": ["{Subject} centres on her employer Mr Rochester."]},)
+    assert cf_world_facts.about_problems(jane) and not cf_world_facts.about_problems(
+        ({**jane[0], "fictional_names": ["Rochester"]},))
+
+
+DESCRIBED = ("book_author", "invention_inventor", "painting_museum", "composition_composer",
+             "company_headquarters")
+
+
+def test_works_inventions_and_companies_are_described_and_painters_and_places_not(items):
+    assert {r["relation"] for r in tables.relations() if r.get("described")} == set(DESCRIBED)
+    about = tables.about()
+    former = build("cf_world_facts_former", DEFAULT_SEED)
+    for item in [*items, *former]:
+        told = [s.split("} ", 1)[1][:25] for s in about.get(item.subject, []) if s.split("} ", 1)[1][:25] in item.context]
+        # a painting's look points to its painter; a place's description (a glacier, an emperor's tomb)
+        # can rule out another country or city
+        assert len(told) == (2 if item.relation in DESCRIBED else 0), item.id
+        assert item.relation not in DESCRIBED or len(about[item.subject]) == 2, item.id
+
+
+def test_articles_open_with_the_subject_and_describe_it_after_the_first_sentence(items):
+    about = tables.about()
+    for item in items:
+        assert contains_any(cf_world_facts.sentences(item.context)[0], [item.subject]), item.id
+        # split with the names masked ("Madame X.", "H&M.", "J. K. Rowling" end no sentence to the splitter)
+        masked = item.context.replace(item.subject, "Sub").replace(item.counterfactual_answer, "Ans")
+        parts = cf_world_facts.sentences(masked)
+        assert 6 <= len(parts) <= 9, item.id
+        if item.relation in DESCRIBED:
+            described = [s.split("} ", 1)[1][:25] for s in about[item.subject]]
+            assert all(d in item.context for d in described), item.id
+            # an opening, then what the subject is (the answer sentence may come between)
+            where = next(k for k, s in enumerate(parts) if described[0] in s)
+            assert where == 1 + any("Ans" in s for s in parts[:where]), item.id
+
+
+def test_it_never_follows_the_answer_sentence(items):
+    for item in items:
+        parts = cf_world_facts.sentences(item.context)
+        for before, sentence in zip(parts, parts[1:]):
+            if contains_any(before, [item.counterfactual_answer]):
+                assert not sentence.startswith("It "), item.id
+
+
+def test_the_subject_is_referred_to_in_all_three_ways(items):
+    starts = Counter()
+    for item in items:
+        for sentence in cf_world_facts.sentences(item.context)[1:]:
+            record = cf_world_facts.relations_by_name()[item.relation]
+            starts["it" if sentence.startswith("It ") else "kind" if contains_any(sentence, record["kind"])
+                   else "name" if contains_any(sentence, [item.subject]) else "none"] += 1
+    assert starts["none"] == 0 and min(starts["it"], starts["kind"], starts["name"]) > 0.1 * sum(starts.values())
+
+
+def test_no_reference_by_kind_or_it_twice_in_a_row(items):
+    for item in items:
+        kinds = cf_world_facts.relations_by_name()[item.relation]["kind"]
+        refs = ["it" if s.startswith("It ") else "kind" if contains_any(s, kinds) and not contains_any(s, [item.subject])
+                else "other" for s in cf_world_facts.sentences(item.context)]
+        assert all(not (a == b != "other") for a, b in zip(refs, refs[1:])), (item.id, refs)
