@@ -25,6 +25,7 @@ import json
 import random
 import re
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 FAMILIES = {"world facts": "cf_world_facts", "biographies": "cf_bio", "capitals": "cf_capitals"}
@@ -95,17 +96,25 @@ def frame_share(items) -> tuple[float, str]:
 FIRST_TOKENS = 64
 
 
-def mean_token_loss(passages: list[str]) -> tuple[float, float]:
-    """Mean over passages of the mean next-token loss under the default model: over the whole passage,
-    and over its first ``FIRST_TOKENS`` tokens."""
+@lru_cache(maxsize=1)
+def _default_model():
+    """The default model and its tokenizer, loaded once for every source measured."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from cf_tasks.default_model import default_model_path
 
     path = default_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    return (AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval(),
+            AutoTokenizer.from_pretrained(path))
+
+
+def mean_token_loss(passages: list[str]) -> tuple[float, float]:
+    """Mean over passages of the mean next-token loss under the default model: over the whole passage,
+    and over its first ``FIRST_TOKENS`` tokens."""
+    import torch
+
+    model, tokenizer = _default_model()
     whole, first = [], []
     with torch.inference_mode():
         for text in passages:

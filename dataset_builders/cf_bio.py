@@ -30,7 +30,6 @@ name or value: the agreeing twin ``cf_bio_agree``, checked by ``AGREE_RULES``.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable
@@ -162,19 +161,13 @@ QUESTIONS = {
 
 # ---- the table's facts -------------------------------------------------------------------------
 
-@lru_cache(maxsize=1)
-def _meta() -> dict:
-    """people.json's fields beside the people list: as_of, nationalities, places_not_drawn."""
-    return json.loads((tables.DATA_DIR / "people.json").read_text(encoding="utf-8"))
-
-
 def as_of() -> int:
-    return _meta()["as_of"]
+    return tables.people_meta()["as_of"]
 
 
 @lru_cache(maxsize=1)
 def nationalities() -> dict[str, dict]:
-    return {n["adjective"]: n for n in _meta()["nationalities"]}
+    return {n["adjective"]: n for n in tables.people_meta()["nationalities"]}
 
 
 @lru_cache(maxsize=1)
@@ -256,7 +249,7 @@ def places() -> dict[str, tuple[str, int]]:
     return {
         city: next(iter(by_country.items()))
         for city, by_country in sorted(seen.items())
-        if len(by_country) == 1 and city not in _meta()["places_not_drawn"]
+        if len(by_country) == 1 and city not in tables.people_meta()["places_not_drawn"]
     }
 
 
@@ -523,7 +516,7 @@ def _birth_city_country(items: list[Item]) -> list[str]:
 
 
 def _birth_village(items: list[Item]) -> list[str]:
-    return [i.id for i, _ in _relation(items, "birth_city") if i.counterfactual_answer in _meta()["places_not_drawn"]]
+    return [i.id for i, _ in _relation(items, "birth_city") if i.counterfactual_answer in tables.people_meta()["places_not_drawn"]]
 
 
 def _national_work(items: list[Item]) -> list[str]:

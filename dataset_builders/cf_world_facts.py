@@ -33,7 +33,6 @@ speaks of a change (``EXTRA_RULES``).
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from functools import lru_cache
@@ -74,8 +73,8 @@ def build_passage_items(
     mentions_share: float,
 ) -> list[tuple[Item, list[str]]]:
     """Items for the facts of one relation, with balanced answer positions, each with the sentences
-    of its agreeing twin: an article (``article_from_templates``, opening with the fact's
-    ``about`` sentences) where ``templates`` has a ``kind``, else a shuffled passage (``passage_from_templates``).
+    of its agreeing twin: an article (``article_from_templates``, with the fact's ``about`` sentences
+    after its opening) where ``templates`` has a ``kind``, else a shuffled passage (``passage_from_templates``).
 
     A fact may carry its own ``cf_pool`` of (answer, aliases) to draw the counterfactual from
     (default: the other answers of the relation; an empty pool drops the fact) and extra template
@@ -301,10 +300,10 @@ DENIES_CHANGE = re.compile(r"\b(no plans to (relocate|move)|never (moved|left)|h
 STATES_MOVE = re.compile(r"\b(moved|relocated|transferred|once hung)\b", re.IGNORECASE)
 NEEDS_MOVE = re.compile(r"\b(relocating|the move|the new site|the transfer)\b", re.IGNORECASE)
 SINGULAR_VERB = re.compile(r"^(is|was|has|\w+[^s\W]s)\b")  # "is", "stands" (not "always", "across")
-# A sentence ends after a lowercase letter (accented too: "Brontë.") or digit, after a regnal
-# number ("Johann Strauss II.") or a name in capitals ("BMW."), not after "D.C.", "J. K.", "St." or "Dr.".
-SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-zà-ÿ0-9)])[.!?]\s+"
-                          r"|(?:(?<=\bII)|(?<=\bIII)|(?<=\bIV)|(?<=[A-Z]{2}))\.\s+(?=[A-Z])")
+# A sentence ends after a lowercase letter (accented too: "Brontë.") or digit, or after two capitals:
+# a regnal number ("Johann Strauss II.") or a name in capitals ("BMW."); not after "D.C.", "J. K.",
+# "St." or "Dr.".
+SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-zà-ÿ0-9)])[.!?]\s+|(?<=[A-Z]{2})\.\s+(?=[A-Z])")
 
 
 def sentences(text: str) -> list[str]:
@@ -465,7 +464,7 @@ def _named_things() -> dict[str, str]:
         named.update({n: "a place" for n in (p["birth_city"], p["death_city"], p["birth_country"]) if n})
     for c in tables.countries():
         named.update({n: "a place" for n in (c["name"], *c["aliases"], c["capital"], c["largest_city"], c["other_city"])})
-    for n in json.loads((tables.DATA_DIR / "people.json").read_text(encoding="utf-8"))["nationalities"]:
+    for n in tables.people_meta()["nationalities"]:
         named.update({a: "a nationality" for a in (n["adjective"], *n.get("nouns", []))})
     for record in tables.relations():
         named.update({a: f"an answer of {record['relation']}" for answer, aliases in answer_pool(record)

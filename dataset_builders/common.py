@@ -154,11 +154,12 @@ def _reference(template: str, values: dict, kinds_of: list[str], previous: str, 
     The kind is not used in a sentence that compares the subject with others of its kind ("Few rivers
     are as ... as", "one of the best-known companies", "is a painting that"), and neither the kind nor
     "it" twice in a row (``previous``)."""
-    kinds = ["name"] if values.get("it") != "it" or _compares(template, kinds_of) or previous == "kind" else ["name", "kind"]
-    if (values.get("it") == "it" and not after_answer and previous != "pronoun" and template.startswith("{Subject} ")
+    singular = values.get("it") == "it"
+    ways = ["name"] + (["kind"] if singular and previous != "kind" and not _compares(template, kinds_of) else [])
+    if (singular and not after_answer and previous != "pronoun" and template.startswith("{Subject} ")
             and "{answer}" not in template and "{Answer}" not in template):
-        kinds.append("pronoun")
-    return rng.choices(kinds, [REFERENCE_WEIGHTS[k] for k in kinds])[0]
+        ways.append("pronoun")
+    return rng.choices(ways, [REFERENCE_WEIGHTS[w] for w in ways])[0]
 
 
 def _refer(template: str, values: dict, reference: str, kind_noun: str) -> str:
@@ -194,13 +195,7 @@ def article_from_templates(templates: dict, values: dict, answer: str, forbidden
     n_body = rng.randint(5, 8) - len(opening)
     n_reasons = min(len(reasons), rng.randint(1, 2), n_body - 1)
     body = rng.sample(reasons, n_reasons) + rng.sample(fillers, min(len(fillers), n_body - n_reasons))
-    order = [*opening, *body]
-    if position == "beginning":
-        order = [template, *order]
-    elif position == "end":
-        order = [*order, template]
-    else:
-        order.insert(rng.randint(1, len(order) - 1), template)
+    order = assemble(template, [*opening, *body], position, rng)
     kind_noun = rng.choice(templates["kind"])
     references = ["name"]
     for previous, t in zip(order, order[1:]):
@@ -220,8 +215,7 @@ def article_from_templates(templates: dict, values: dict, answer: str, forbidden
         elif t in change_reasons:
             if spare:
                 other = spare.pop(agree_rng.randrange(len(spare)))
-                agree.append(_refer(other, values, r if r != "pronoun" or other.startswith("{Subject} ") else "kind",
-                                    kind_noun))
+                agree.append(_refer(other, values, "name", kind_noun))  # the name fits any sentence
         else:
             agree.append(_refer(t, values, r, kind_noun))
     return Passage(sentences, agree)

@@ -14,7 +14,6 @@ promise on the points themselves (``check_points``), each with a test that injec
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable
@@ -124,7 +123,7 @@ def real_place_words() -> frozenset[str]:
             *c.get("largest_city_aliases", []))
     for p in tables.people():
         add(p["birth_city"], p["birth_country"], p["death_city"], p["death_country"], p["nationality"])
-    for n in _people_meta()["nationalities"]:
+    for n in tables.people_meta()["nationalities"]:
         add(n["adjective"], *n.get("nouns", []), *n.get("countries", []))
     for r in tables.relations():
         if r["relation"] in ("landmark_city", "painting_museum", "company_headquarters", "river_mouth",
@@ -137,11 +136,6 @@ def real_place_words() -> frozenset[str]:
             add(*group)
         add(*r.get("collections", {}))
     return frozenset(out)
-
-
-@lru_cache(maxsize=1)
-def _people_meta() -> dict:
-    return json.loads((tables.DATA_DIR / "people.json").read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=65536)

@@ -75,6 +75,12 @@ def quotes() -> tuple[dict, ...]:
     return load_table("quotes.json")
 
 
+@lru_cache(maxsize=1)
+def people_meta() -> dict:
+    """people.json's fields beside the people list: as_of, nationalities, places_not_drawn."""
+    return json.loads((DATA_DIR / "people.json").read_text(encoding="utf-8"))
+
+
 def about() -> dict[str, list[str]]:
     """Subject -> the sentences that describe it (what it is, one documented detail)."""
     return {r["subject"]: list(r["sentences"]) for r in load_table("about.json")}

@@ -255,12 +255,17 @@ DESCRIBED = ("book_author", "invention_inventor", "painting_museum", "compositio
              "company_headquarters")
 
 
+def _told(sentence: str) -> str:
+    """The start of an about.json sentence after its ``{Subject}``: how it reads in any passage."""
+    return sentence.split("} ", 1)[1][:25]
+
+
 def test_works_inventions_and_companies_are_described_and_painters_and_places_not(items):
     assert {r["relation"] for r in tables.relations() if r.get("described")} == set(DESCRIBED)
     about = tables.about()
     former = build("cf_world_facts_former", DEFAULT_SEED)
     for item in [*items, *former]:
-        told = [s.split("} ", 1)[1][:25] for s in about.get(item.subject, []) if s.split("} ", 1)[1][:25] in item.context]
+        told = [_told(s) for s in about.get(item.subject, []) if _told(s) in item.context]
         # a painting's look points to its painter; a place's description (a glacier, an emperor's tomb)
         # can rule out another country or city
         assert len(told) == (2 if item.relation in DESCRIBED else 0), item.id
@@ -276,7 +281,7 @@ def test_articles_open_with_the_subject_and_describe_it_after_the_first_sentence
         parts = cf_world_facts.sentences(masked)
         assert 6 <= len(parts) <= 9, item.id
         if item.relation in DESCRIBED:
-            described = [s.split("} ", 1)[1][:25] for s in about[item.subject]]
+            described = [_told(s) for s in about[item.subject]]
             assert all(d in item.context for d in described), item.id
             # an opening, then what the subject is (the answer sentence may come between)
             where = next(k for k, s in enumerate(parts) if described[0] in s)
