@@ -432,93 +432,6 @@ def add_experiment_mechanism(experiments) -> None:
     p.set_defaults(func=cmd_experiment_mechanism)
 
 
-def cmd_experiment_inversion(args: argparse.Namespace) -> int:
-    from .experiments import inversion
-
-    cfg = inversion.StudyConfig(output_path=Path(args.output_path))
-    if args.quick:
-        for key, value in inversion.QUICK.items():
-            setattr(cfg, key, value)
-    if args.arms:
-        arms = tuple(a.strip() for a in args.arms.split(",") if a.strip())
-        unknown = [a for a in arms if a not in inversion.ARMS]
-        if unknown or not arms:
-            raise UsageError(f"--arms {args.arms}: unknown arm {', '.join(unknown) or '(none given)'}; "
-                             f"choose from {', '.join(inversion.ARMS)}")
-        cfg.arms = arms
-    if args.seeds:
-        try:
-            cfg.seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-        except ValueError:
-            raise UsageError(f"--seeds {args.seeds}: pass comma-separated integers, e.g. --seeds 0,1") from None
-        if not cfg.seeds:
-            raise UsageError("--seeds is empty; pass comma-separated integers, e.g. --seeds 0,1")
-    if args.tasks:
-        tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-        wrong = [t for t in tasks if t not in inversion.TASKS]
-        if wrong or not tasks:
-            raise UsageError(f"--tasks {args.tasks}: {', '.join(wrong) or 'no task given'} is not a task the study "
-                             f"evaluates; choose from {', '.join(inversion.TASKS)}")
-        cfg.tasks = tasks
-    for key in ("steps", "save_every", "limit"):
-        value = getattr(args, key)
-        if value is not None:
-            if value < 1:
-                raise UsageError(f"--{key} {value}: must be a positive integer")
-            setattr(cfg, key, value)
-    if args.lr is not None:
-        if not args.lr > 0:
-            raise UsageError(f"--lr {args.lr}: must be a positive learning rate, e.g. 3e-4")
-        cfg.lr = args.lr
-    if args.model:
-        if not (Path(args.model) / "config.json").is_file():
-            raise UsageError(f"--model {args.model}: not a transformers model folder (no config.json); "
-                             "pass a local model folder or leave --model out for the default model")
-        cfg.model = args.model
-    cfg.report_path = Path(args.report_path) if args.report_path else None
-    if args.report_only:
-        sweeps = Path(args.output_path) / "sweeps"
-        if not (Path(args.output_path) / "runs").is_dir() and not sweeps.is_dir():
-            raise UsageError(f"--report_only: {args.output_path} holds no study (no runs/ or sweeps/); "
-                             "pass the --output_path of a study, or run the study first")
-        writable_dir(str(cfg.report_dir))
-        inversion.build_report(cfg)
-        return 0
-    writable_dir(args.output_path)
-    try:
-        failed = inversion.run_study(cfg)
-    except inversion.StudyError as err:
-        raise UsageError(str(err)) from None
-    if failed:
-        print(f"cf-tasks: {failed} checkpoint(s) failed in the sweeps; see the errors above", file=sys.stderr)
-        return 1
-    return 0
-
-
-def add_experiment_inversion(experiments) -> None:
-    p = experiments.add_parser(
-        "inversion", help="fine-tune the default model with LoRA in several arms and sweep the checkpoints for "
-                          "context-parametric inversion (docs/reproduction.md)")
-    p.add_argument("--output_path", required=True, help="study folder: data/, runs/, sweeps/, report/ (resumable)")
-    p.add_argument("--quick", action="store_true",
-                   help="a few steps of the main arm on a few items (with --model, e.g. a tiny test model)")
-    p.add_argument("--arms", default=None,
-                   help="comma-separated arms (default all): cs_heavy, c_only, qk_only, filtered, augmented")
-    p.add_argument("--seeds", default=None, help="seeds of the main arm cs_heavy (default 0,1); other arms use the first")
-    p.add_argument("--model", default=None, help="base model folder (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per run (default 24; --quick 4)")
-    p.add_argument("--save_every", type=int, default=None, help="steps between checkpoints (default 8; --quick 2)")
-    p.add_argument("--lr", type=float, default=None, help="LoRA learning rate (default 3e-4)")
-    p.add_argument("--tasks", default=None,
-                   help="comma-separated tasks the sweeps score on their held-out items (default cf_capitals; "
-                        "also cf_world_facts, cf_bio)")
-    p.add_argument("--limit", type=int, default=None, help="held-out items per task in the sweeps (default 40)")
-    p.add_argument("--report_path", default=None, help="where the report goes (default OUTPUT_PATH/report)")
-    p.add_argument("--report_only", action="store_true",
-                   help="only rebuild the report (tables, plots, summary.csv) from a study's sweeps and runs")
-    p.set_defaults(func=cmd_experiment_inversion)
-
-
 def cmd_publish(args: argparse.Namespace) -> int:
     """``cf-tasks publish``: export every dataset in the Hub layout, then upload it (unless --dry_run)."""
     import tempfile
@@ -686,8 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("experiment", help="the paper's experiments, reproduced")
     experiments = p.add_subparsers(dest="experiment", required=True)
+    from .experiments.command import add_parser as add_inversion_parser
+
     add_experiment_mechanism(experiments)
-    add_experiment_inversion(experiments)
+    add_inversion_parser(experiments)
 
     from .mitigations.filter import add_parser as add_filter_parser
 

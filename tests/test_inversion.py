@@ -1,5 +1,5 @@
-"""`cf-tasks experiment inversion --quick` on the tiny model: the whole study (data, LoRA training,
-sweep, report) end to end, and its parts checked against direct recomputation."""
+"""`cf-tasks experiment inversion --design known_lora --quick` on the tiny model: the LoRA design's whole
+study (data, LoRA training, sweep, report) end to end, and its parts checked against direct recomputation."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _csv(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def study(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
-    rc = main(["experiment", "inversion", "--quick", "--model", str(tiny_model), "--output_path", str(out)])
+    rc = main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model), "--output_path", str(out)])
     assert rc == 0
     return out
 
@@ -39,12 +39,12 @@ def test_loss_rows_equal_a_direct_recomputation(study, tiny_model):
     from peft import PeftModel
 
     rows = _csv(study / "runs" / "cs_heavy-seed0" / "loss.csv")
-    probe = inversion._read_jsonl(study / "data" / "loss_probe.jsonl")
+    probe = inversion.read_jsonl(study / "data" / "loss_probe.jsonl")
     assert {p["kind"] for p in probe} == {"C", "CS", "S"}
     probe_rows = {(int(r["step"]), r["kind"]): float(r["loss"]) for r in rows if r["split"] == "probe"}
     assert sorted({s for s, _ in probe_rows}) == [0, 2, 4]
     # Step 0 is the base model; checkpoint-2 is the saved adapter on it.
-    model, tokenizer = inversion._load_model(tiny_model)
+    model, tokenizer = inversion.load_model(tiny_model)
     for kind, (loss, n) in inversion.mean_loss_by_kind(model, tokenizer, probe).items():
         assert probe_rows[(0, kind)] == pytest.approx(loss, abs=1e-4)
     adapted = PeftModel.from_pretrained(model, study / "runs" / "cs_heavy-seed0" / "checkpoint-2")
@@ -54,9 +54,9 @@ def test_loss_rows_equal_a_direct_recomputation(study, tiny_model):
     # Training moves the probe points' loss (the learning rate is high enough for something to happen).
     assert probe_rows[(4, "C")] != pytest.approx(probe_rows[(0, "C")], abs=1e-3)
     # The first batch's per-kind losses are those of the base model (LoRA starts at zero).
-    points = inversion._read_jsonl(study / "data" / "main.jsonl")
+    points = inversion.read_jsonl(study / "data" / "main.jsonl")
     first = inversion.batches(points, 4, 4, seed=0)[0]
-    base, _ = inversion._load_model(tiny_model)
+    base, _ = inversion.load_model(tiny_model)
     expected = inversion.mean_loss_by_kind(base, tokenizer, first)
     train1 = {r["kind"]: (float(r["loss"]), int(r["n"])) for r in rows if r["split"] == "train" and r["step"] == "1"}
     assert set(train1) == set(expected)
@@ -79,7 +79,7 @@ def test_sweep_rows_for_every_checkpoint_and_task_on_held_out_items(study):
     assert samples
     subjects = {json.loads(line)["doc"]["subject"] for s in samples for line in s.read_text().splitlines()}
     assert subjects and all(split_of("cf_capitals", s) == "heldout" for s in subjects)
-    trained = {p["subject"] for p in inversion._read_jsonl(study / "data" / "main.jsonl")}
+    trained = {p["subject"] for p in inversion.read_jsonl(study / "data" / "main.jsonl")}
     assert not subjects & trained
 
 
@@ -96,7 +96,7 @@ def test_report_files_and_rerun_reuses_everything(study, tiny_model):
     assert "verdict" in summary[0] and summary[0]["verdict"]
     run_json = study / "runs" / "cs_heavy-seed0" / "run.json"
     before = (run_json.stat().st_mtime_ns, sorted(p.name for p in (study / "sweeps" / "store").iterdir()))
-    assert main(["experiment", "inversion", "--quick", "--model", str(tiny_model), "--output_path", str(study)]) == 0
+    assert main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model), "--output_path", str(study)]) == 0
     assert (run_json.stat().st_mtime_ns, sorted(p.name for p in (study / "sweeps" / "store").iterdir())) == before
     (report / "results.md").unlink()
     assert main(["experiment", "inversion", "--output_path", str(study), "--report_only"]) == 0
@@ -131,17 +131,19 @@ def test_runs_order_puts_the_main_arm_first_and_its_second_seed_last(tmp_path):
     (["--arms", "cs_heavy,bogus"], "unknown arm bogus"),
     (["--seeds", "0,x"], "--seeds 0,x"),
     (["--steps", "0"], "--steps 0"),
-    (["--tasks", "cf_capitals,cf_quotes"], "cf_quotes is not a task the study evaluates"),
+    (["--tasks", "cf_capitals,cf_quotes"], "unknown task cf_quotes"),
+    (["--lr", "inf"], "--lr inf"),
+    (["--t_facts", "10"], "--t_facts applies to --design inject only"),
     (["--model", "/nonexistent/model"], "not a transformers model folder"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
-    assert main(["experiment", "inversion", "--output_path", str(tmp_path / "o"), *argv]) == 2
+    assert main(["experiment", "inversion", "--design", "known_lora", "--output_path", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 
 
 def test_report_only_on_a_folder_without_a_study(tmp_path, capsys):
-    assert main(["experiment", "inversion", "--output_path", str(tmp_path), "--report_only"]) == 2
+    assert main(["experiment", "inversion", "--design", "known_lora", "--output_path", str(tmp_path), "--report_only"]) == 2
     assert "holds no study" in capsys.readouterr().err
 
 
@@ -158,4 +160,4 @@ def test_readme_commands_parse():
     assert len(lines) >= 3
     for line in lines:
         args = build_parser().parse_args(shlex.split(line)[1:])
-        assert args.func.__name__ == "cmd_experiment_inversion" and args.output_path
+        assert args.func.__module__ == "cf_tasks.experiments.command" and args.output_path

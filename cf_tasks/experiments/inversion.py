@@ -259,7 +259,8 @@ def decide_known(points: list[dict], generate: Callable[[list[str]], list[str]])
     return {p["fact_id"]: {"answer": a, "known": is_known(a, p)} for p, a in zip(ordered, answers)}
 
 
-def greedy_answers(model, tokenizer, points: list[dict], batch_size: int = 16, log=print) -> list[str]:
+def greedy_answers(model, tokenizer, points: list[dict], batch_size: int = 16, log=print,
+                   max_new_tokens: int = MAX_NEW_TOKENS) -> list[str]:
     """Greedy closed-book answers, as the sweep generates them (chat template, at most 32 new
     tokens, cut at the tasks' stop sequences)."""
     import torch
@@ -272,7 +273,7 @@ def greedy_answers(model, tokenizer, points: list[dict], batch_size: int = 16, l
         prompts = [generation_prompt(tokenizer, p) for p in points[i:i + batch_size]]
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
-            gen = model.generate(**enc, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
+            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id)
         for row in tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True):
             for stop in STOP:
@@ -282,11 +283,11 @@ def greedy_answers(model, tokenizer, points: list[dict], batch_size: int = 16, l
     return out
 
 
-def _write_jsonl(path: Path, rows: Iterable[dict]) -> None:
+def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
     atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -309,14 +310,14 @@ def prepare_data(cfg: StudyConfig, base: Path, log=print) -> dict:
     if cfg.decide_known:
         known_path = data / "known.jsonl"
         if known_path.is_file():
-            known = {r["fact_id"]: r for r in _read_jsonl(known_path)}
+            known = {r["fact_id"]: r for r in read_jsonl(known_path)}
         else:
-            model, tokenizer = _load_model(base)
+            model, tokenizer = load_model(base)
             start = time.perf_counter()
             asked = random.Random(cfg.data_seed).sample(points["S"], min(cfg.ask_facts, len(points["S"])))
             known = decide_known(asked, lambda ps: greedy_answers(model, tokenizer, ps, log=log))
             manifest["known_seconds"] = round(time.perf_counter() - start, 1)
-            _write_jsonl(known_path, [{"fact_id": f, **v} for f, v in known.items()])
+            write_jsonl(known_path, [{"fact_id": f, **v} for f, v in known.items()])
         for kind in ("CS", "S"):
             pools[kind] = [p for p in pools[kind] if known.get(p["fact_id"], {}).get("known")]
         manifest["facts_asked"] = len(known)
@@ -338,18 +339,18 @@ def prepare_data(cfg: StudyConfig, base: Path, log=print) -> dict:
     mixes["augmented"] = main + _sample(pools["CF"], round(cfg.mix_size * cfg.augment_share), rng)
     rng.shuffle(mixes["augmented"])
     for name, mix in mixes.items():
-        _write_jsonl(data / f"{name}.jsonl", mix)
-    manifest["mixes"] = {name: _kind_counts(mix) for name, mix in mixes.items()}
+        write_jsonl(data / f"{name}.jsonl", mix)
+    manifest["mixes"] = {name: kind_counts(mix) for name, mix in mixes.items()}
     # The loss probe: the same fixed points of each kind for every arm (training points of the main mix).
     probe = []
     for kind in ("C", "CS", "S"):
         probe += [p for p in main if p["kind"] == kind][:cfg.loss_probe]
-    _write_jsonl(data / "loss_probe.jsonl", probe)
+    write_jsonl(data / "loss_probe.jsonl", probe)
     store_json(manifest_path, manifest)
     return manifest
 
 
-def _kind_counts(points: list[dict]) -> dict[str, int]:
+def kind_counts(points: list[dict]) -> dict[str, int]:
     return {k: sum(1 for p in points if p["kind"] == k) for k in KINDS if any(p["kind"] == k for p in points)}
 
 
@@ -369,7 +370,7 @@ def filtered_mix(cfg: StudyConfig, base: Path, log=print) -> Path:
             raise StudyError(f"filter-data failed ({proc.stderr.strip().splitlines()[-1:] or proc.returncode})")
         kept = _filter_output(folder)
         out.mkdir(parents=True, exist_ok=True)
-        _write_jsonl(done, kept)
+        write_jsonl(done, kept)
         shutil.rmtree(folder, ignore_errors=True)
     return done
 
@@ -379,23 +380,23 @@ def _filter_output(folder: Path) -> list[dict]:
     files = sorted(Path(folder).glob("*kept*.jsonl")) or sorted(Path(folder).glob("*.jsonl"))
     if not files:
         raise StudyError(f"filter-data wrote no JSON Lines file into {folder}")
-    return _read_jsonl(files[0])
+    return read_jsonl(files[0])
 
 
 def arm_points(cfg: StudyConfig, arm: Arm, base: Path, log=print) -> list[dict]:
     data = Path(cfg.output_path) / "data"
     if arm.only_c:
-        return _read_jsonl(data / "c_only.jsonl")
+        return read_jsonl(data / "c_only.jsonl")
     if arm.augmented:
-        return _read_jsonl(data / "augmented.jsonl")
+        return read_jsonl(data / "augmented.jsonl")
     if arm.filtered:
-        return _read_jsonl(filtered_mix(cfg, base, log))
-    return _read_jsonl(data / "main.jsonl")
+        return read_jsonl(filtered_mix(cfg, base, log))
+    return read_jsonl(data / "main.jsonl")
 
 
 # ------------------------------------------------------------------------------------- training
 
-def _load_model(path: Path):
+def load_model(path: Path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -430,7 +431,7 @@ def train_run(cfg: StudyConfig, arm: Arm, seed: int, points: list[dict], probe: 
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(seed)
-    model, tokenizer = _load_model(base)
+    model, tokenizer = load_model(base)
     model = get_peft_model(model, LoraConfig(r=cfg.rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
                                              target_modules=list(arm.target_modules), task_type="CAUSAL_LM"))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -470,7 +471,7 @@ def train_run(cfg: StudyConfig, arm: Arm, seed: int, points: list[dict], probe: 
     store_json(tmp / "run.json", {"arm": arm.name, "seed": seed, "steps": cfg.steps, "save_every": cfg.save_every,
                                   "batch_size": cfg.batch_size, "lr": cfg.lr, "rank": cfg.rank,
                                   "lora_alpha": cfg.lora_alpha, "target_modules": list(arm.target_modules),
-                                  "points": _kind_counts(points), "base": str(base),
+                                  "points": kind_counts(points), "base": str(base),
                                   "seconds": round(time.perf_counter() - start, 1)})
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -503,7 +504,7 @@ def _timing(out: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _add_time(out: Path, part: str, seconds: float) -> None:
+def add_time(out: Path, part: str, seconds: float) -> None:
     timing = _timing(out)
     timing[part] = round(timing.get(part, 0.0) + seconds, 1)
     store_json(out / "timing.json", timing)
@@ -526,9 +527,9 @@ def run_study(cfg: StudyConfig, log=print) -> int:
                                      for k, v in vars(cfg).items()} | {"base": str(base)})
     start = time.perf_counter()
     manifest = prepare_data(cfg, base, log)
-    _add_time(out, "data", time.perf_counter() - start)
+    add_time(out, "data", time.perf_counter() - start)
     log(f"data: pools {manifest['pool']}, kept {manifest['kept']}")
-    probe = _read_jsonl(out / "data" / "loss_probe.jsonl")
+    probe = read_jsonl(out / "data" / "loss_probe.jsonl")
     from transformers import AutoTokenizer
 
     chat = has_chat_template(AutoTokenizer.from_pretrained(base))
@@ -540,13 +541,13 @@ def run_study(cfg: StudyConfig, log=print) -> int:
             if not (run_dir / "run.json").is_file():
                 start = time.perf_counter()
                 points = arm_points(cfg, arm, base, log)
-                log(f"train {run_dir.name}: {_kind_counts(points)}")
+                log(f"train {run_dir.name}: {kind_counts(points)}")
                 train_run(cfg, arm, seed, points, probe, base, run_dir, log)
-                _add_time(out, f"train/{run_dir.name}", time.perf_counter() - start)
+                add_time(out, f"train/{run_dir.name}", time.perf_counter() - start)
             start = time.perf_counter()
             log(f"sweep {run_dir.name}")
             failed += sweep_run(cfg, run_dir, chat)
-            _add_time(out, f"sweep/{run_dir.name}", time.perf_counter() - start)
+            add_time(out, f"sweep/{run_dir.name}", time.perf_counter() - start)
         except (StudyError, RuntimeError, OSError, ValueError) as err:  # one run's failure; the next runs go on
             log(f"cf-tasks: error: {run_dir.name}: {err}", file=sys.stderr)
             failed += 1
@@ -656,7 +657,7 @@ def _data_rows(out: Path) -> list[dict]:
         rows += [{"what": f"mix {mix}", "kind": k, "count": v} for k, v in counts.items()]
     kept = out / "data" / "filtered" / "kept.jsonl"
     if kept.is_file():
-        rows += [{"what": "mix filtered", "kind": k, "count": v} for k, v in _kind_counts(_read_jsonl(kept)).items()]
+        rows += [{"what": "mix filtered", "kind": k, "count": v} for k, v in kind_counts(read_jsonl(kept)).items()]
     return rows
 
 
@@ -684,7 +685,7 @@ def _plots(curves: list[dict], loss: list[dict], target: Path) -> None:
         axes.flat[0].legend(fontsize=7)
         fig.suptitle(f"{task} (held-out items), per fine-tuning run; step 0 is the base model")
         fig.tight_layout()
-        _save_fig(fig, target / f"curves_{task}.png")
+        save_fig(fig, target / f"curves_{task}.png")
         plt.close(fig)
     if loss:
         kinds = [k for k in ("C", "CS", "S", "CF") if any(r["kind"] == k for r in loss)]
@@ -706,7 +707,7 @@ def _plots(curves: list[dict], loss: list[dict], target: Path) -> None:
         axes[0][0].legend(fontsize=7)
         fig.suptitle("dots: fixed probe points at each checkpoint; faint: training batches (moving mean of 5)")
         fig.tight_layout()
-        _save_fig(fig, target / "loss.png")
+        save_fig(fig, target / "loss.png")
         plt.close(fig)
 
 
@@ -714,13 +715,13 @@ def _smooth(ys: tuple[float, ...], window: int = 5) -> list[float]:
     return [sum(ys[max(0, i - window + 1):i + 1]) / len(ys[max(0, i - window + 1):i + 1]) for i in range(len(ys))]
 
 
-def _save_fig(fig, path: Path) -> None:
+def save_fig(fig, path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     atomic_write(path, buf.getvalue())
 
 
-def _fmt(value, digits: int = 3) -> str:
+def fmt_number(value, digits: int = 3) -> str:
     if value in (None, ""):
         return ""
     try:
@@ -735,11 +736,11 @@ def _fmt(value, digits: int = 3) -> str:
     return "0" if text in ("-0", "") else text
 
 
-def _md_table(rows: list[dict], columns: Iterable[str]) -> str:
+def md_table(rows: list[dict], columns: Iterable[str]) -> str:
     columns = list(columns)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
-        lines.append("| " + " | ".join(_fmt(r.get(c)) if c not in ("run", "task", "verdict", "kind", "what", "part")
+        lines.append("| " + " | ".join(fmt_number(r.get(c)) if c not in ("run", "task", "verdict", "kind", "what", "part")
                                       else str(r.get(c, "")) for c in columns) + " |")
     return "\n".join(lines)
 
@@ -747,16 +748,16 @@ def _md_table(rows: list[dict], columns: Iterable[str]) -> str:
 def _results_md(cfg, curves, summary, data_rows, timing, runs_info) -> str:
     parts = ["# Inversion study: tables (generated by `cf-tasks experiment inversion --report_only`)", ""]
     if runs_info:
-        parts += ["## Runs", "", _md_table([{"run": k, **v, "points": json.dumps(v["points"]),
+        parts += ["## Runs", "", md_table([{"run": k, **v, "points": json.dumps(v["points"]),
                                              "target_modules": ",".join(v["target_modules"])}
                                             for k, v in runs_info.items()],
                                            ("run", "steps", "save_every", "batch_size", "lr", "rank", "target_modules",
                                             "points", "seconds")), ""]
     if data_rows:
-        parts += ["## Training data", "", _md_table(data_rows, ("what", "kind", "count")), ""]
+        parts += ["## Training data", "", md_table(data_rows, ("what", "kind", "count")), ""]
     if summary:
         shown = [c for c in SUMMARY_SHOWN if c in summary[0]]
-        parts += ["## Summary (paired tests, from summary.csv)", "", _md_table(summary, shown), ""]
+        parts += ["## Summary (paired tests, from summary.csv)", "", md_table(summary, shown), ""]
     if curves:
         steps_rows = []
         keyed: dict[tuple, dict] = {}
@@ -766,7 +767,7 @@ def _results_md(cfg, curves, summary, data_rows, timing, runs_info) -> str:
         steps_rows = [keyed[k] for k in sorted(keyed)]
         cols = ("run", "task", "step", "counterfactual_acc", "parametric_acc", "known_rate", "known_counterfactual_acc",
                 "unknown_counterfactual_acc", "agree_acc", "context_attention")
-        parts += ["## Curves (from curves.csv)", "", _md_table(steps_rows, cols), ""]
+        parts += ["## Curves (from curves.csv)", "", md_table(steps_rows, cols), ""]
     if timing:
-        parts += ["## Wall time (seconds)", "", _md_table(timing, ("part", "seconds")), ""]
+        parts += ["## Wall time (seconds)", "", md_table(timing, ("part", "seconds")), ""]
     return "\n".join(parts)

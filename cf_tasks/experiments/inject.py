@@ -1,0 +1,601 @@
+"""A positive control for context-parametric inversion: inject knowledge, then fine-tune C+S-heavy.
+
+Goyal et al. ("Context-Parametric Inversion: Why Instruction Finetuning May Not Actually Improve
+Context Reliance", ICLR 2025) trace the fall of context reliance to C+S points: training points whose
+subject predicts the answer better than the context (section 4.3, equation 7). A small model knows
+few facts, so its "known" facts act as C points and no fall is predicted. This design (the default of
+``cf-tasks experiment inversion``) makes the precondition true before it looks for the outcome:
+
+1. **facts** (``OUT/data``): every candidate fact is asked closed-book of the base model (the
+   knowledge probe's generation and scorer). Among the facts it does not know: T (training-part
+   facts, to become C+S points), E (held-out facts of the evaluated tasks, the probe group) and N
+   (held-out facts never taught, the control group).
+2. **inject** (``OUT/phase_a``): full fine-tuning on T and E closed-book until they are recalled,
+   then a gate written to ``gate.json`` before anything else runs: recall on T and E, mean ``M_C``
+   on E, N unchanged, and T's closed-book loss below the context-only loss of C points (equation 7).
+   A gate that fails stops the study and names the figure.
+3. **train** (``OUT/runs/<arm>-seed<N>``): full fine-tuning from the phase-A model. ``cs_heavy``
+   (C+S : C = 3 : 1, plus closed-book S points of T) and ``c_only`` (the control: the theory
+   predicts a rise and no fall). At every checkpoint, in the process: ``M_C`` (the paper's equation
+   14, by log-likelihood of both answers under the counterfactual passage) and closed-book recall on
+   E, N and on T's own counterfactual items, and the loss of C, C+S and S points. Resumable: the
+   model and optimizer state are kept at the last checkpoint.
+4. **sweep** (``OUT/sweeps``): ``cf-tasks sweep`` of the saved checkpoints on the held-out items.
+
+The report (``inject_report``) reads only the CSVs these parts write.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..files import atomic_write, tmp_name
+from ..results import rows_to_csv
+from .inversion import (CONTEXT_PROMPT, KINDS, StudyError, batches, encode, generation_prompt, greedy_answers,
+                        is_known, load_model, per_example_loss, read_jsonl, store_json, write_jsonl)
+
+ARMS = {
+    "cs_heavy": "C+S : C = 3 : 1 plus closed-book S points of the injected training facts",
+    "c_only": "C points only (the control: a rise and no fall predicted)",
+    "augmented": "the cs_heavy mix plus counterfactual points (section 6)",
+}
+FAMILIES = ("cf_capitals", "cf_world_facts")  # the held-out probe facts: tasks with counterfactual passages
+GROUPS = ("T", "E", "N")
+MEASURE_COLUMNS = ("run", "step", "group", "fact_id", "mc", "logp_context", "logp_memory", "known", "answer")
+LOSS_COLUMNS = ("run", "step", "split", "kind", "loss", "n")
+GATE_KEYS = ("gate_recall", "gate_mc", "gate_n_shift")
+
+
+class GateFailed(Exception):
+    """Phase A did not make its facts C+S facts; the study stops (exit 1)."""
+
+
+@dataclass
+class InjectConfig:
+    output_path: Path
+    model: str | None = None
+    arms: tuple[str, ...] = ("cs_heavy", "c_only")
+    seeds: tuple[int, ...] = (0,)
+    t_facts: int = 150
+    n_facts: int = 40
+    inject_lr: float = 5e-5
+    inject_min_epochs: int = 6
+    inject_max_epochs: int = 14
+    lr: float = 1e-5
+    steps: int = 160
+    save_every: int = 16
+    sweep_every: int = 48  # the sweep scores step 0, every sweep_every steps and the last step
+    batch_size: int = 8
+    c_share: float = 0.25  # C points in cs_heavy (C+S : C = 3 : 1)
+    s_share: float = 0.25  # closed-book S points of T added to cs_heavy, as a share of T
+    loss_probe: int = 32
+    gate_recall: float = 0.95
+    gate_mc: float = 0.35
+    gate_n_shift: float = 0.10
+    tasks: tuple[str, ...] = FAMILIES
+    limit: int | None = 100
+    sweep_batch_size: int = 8
+    data_seed: int = 0
+    max_new_tokens: int = 32
+    quick: bool = False
+    report_path: Path | None = None
+    sweep: bool = True
+
+    @property
+    def report_dir(self) -> Path:
+        return Path(self.report_path) if self.report_path else Path(self.output_path) / "report"
+
+    def settings(self) -> dict:
+        """What moves a number of the study: a rerun into the same folder must match these."""
+        # the model is known by its content (model_id), not its path: a moved model folder is the same model
+        skip = {"output_path", "model", "arms", "seeds", "report_path", "quick", "sweep"}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k not in skip}
+
+
+QUICK = dict(t_facts=6, n_facts=3, inject_min_epochs=1, inject_max_epochs=1, steps=4, save_every=2, sweep_every=4,
+             batch_size=4, loss_probe=3, limit=3, tasks=("cf_capitals",), max_new_tokens=8, quick=True,
+             gate_recall=0.0, gate_mc=1.0, gate_n_shift=1.0)
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"{arm}-seed{seed}"
+
+
+# ------------------------------------------------------------------------------------ checks
+
+def check_config(cfg: InjectConfig) -> None:
+    """Every setting, before any work: one line naming the setting and the fix (exit 2)."""
+    unknown = [a for a in cfg.arms if a not in ARMS]
+    if unknown or not cfg.arms:
+        raise StudyError(f"--arms: unknown arm {', '.join(unknown) or '(none given)'}; choose from {', '.join(ARMS)}")
+    for key in GATE_KEYS:
+        value = getattr(cfg, key)
+        if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+            raise StudyError(f"--{key} {value}: a gate threshold is a number between 0 and 1")
+    for key in ("lr", "inject_lr"):
+        value = getattr(cfg, key)
+        if not (math.isfinite(value) and 0 < value < 1):
+            raise StudyError(f"--{key} {value}: a learning rate is a finite number between 0 and 1, e.g. 1e-5")
+    for key in ("steps", "save_every", "sweep_every", "batch_size", "t_facts", "n_facts", "inject_min_epochs",
+                "inject_max_epochs"):
+        if getattr(cfg, key) < 1:
+            raise StudyError(f"--{key} {getattr(cfg, key)}: must be a positive integer")
+    if cfg.steps < cfg.save_every:
+        raise StudyError(f"--steps {cfg.steps} is below the checkpoint interval --save_every {cfg.save_every}; "
+                         "train at least one interval")
+    if cfg.sweep_every % cfg.save_every:
+        raise StudyError(f"--sweep_every {cfg.sweep_every}: must be a multiple of --save_every {cfg.save_every}")
+    if cfg.inject_max_epochs < cfg.inject_min_epochs:
+        raise StudyError("--inject_max_epochs is below --inject_min_epochs; raise it")
+
+
+def settings_record(cfg: InjectConfig, model_id: str) -> dict:
+    return {"design": "inject", "model_id": model_id, **cfg.settings()}
+
+
+def claim_folder(cfg: InjectConfig, model_id: str) -> None:
+    """Write the study's settings record, or refuse a folder made with other settings (exit 2)."""
+    out = Path(cfg.output_path)
+    record = settings_record(cfg, model_id)
+    path = out / "config.json"
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise StudyError(f"{path} is unreadable; move the folder aside or pass another --output_path") from None
+        if old.get("design") != "inject":
+            raise StudyError(f"{out} holds a study of another design; pass another --output_path")
+        diff = [k for k in sorted(set(old) | set(record)) if old.get(k) != record.get(k)]
+        if diff:
+            k = diff[0]
+            raise StudyError(f"{out} was made with {k}={old.get(k)!r}, this run asks {record.get(k)!r}; "
+                             "pass the same settings or another --output_path")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    store_json(path, record)
+
+
+# ------------------------------------------------------------------------------------- facts
+
+def _closed_book(point: dict) -> dict:
+    return {**point, "kind": "S", "input": ""}
+
+
+def candidate_facts(seed: int | None = None) -> dict[str, list[dict]]:
+    """Candidates per part: ``train`` (S points of the training part, with their CS twin and a
+    counterfactual item) and ``heldout`` (one counterfactual item per held-out fact, as a point)."""
+    from dataset_builders import DEFAULT_SEED
+    from dataset_builders.split import split_of
+    from dataset_builders.training import counterfactual_points, fact_id, training_points
+    from dataset_builders.validate import build_validated
+
+    seed = DEFAULT_SEED if seed is None else seed
+    cs = {p["fact_id"]: p for p in training_points("CS", seed) if p["family"] in FAMILIES}
+    cf_train: dict[str, dict] = {}
+    for p in counterfactual_points(seed, FAMILIES):
+        cf_train.setdefault(p["fact_id"], p)
+    train = []
+    for s in training_points("S", seed):
+        if s["family"] in FAMILIES and s["fact_id"] in cs and s["fact_id"] in cf_train:
+            cf = cf_train[s["fact_id"]]
+            train.append({**s, "cs": cs[s["fact_id"]], "cf_input": cf["input"], "cf_answer": cf["output"],
+                          "cf_aliases": cf["answer_aliases"]})
+    heldout = []
+    for family in FAMILIES:
+        seen = set()
+        for item in sorted(build_validated(family, seed), key=lambda i: i.id):
+            fid = fact_id(family, item)
+            if split_of(family, item.subject) != "heldout" or fid in seen:
+                continue
+            seen.add(fid)
+            heldout.append({"id": f"E-{fid.replace('/', '-')}", "kind": "S", "dataset": family, "family": family,
+                            "relation": item.relation, "subject": item.subject, "instruction": item.question,
+                            "input": "", "output": item.parametric_answer,
+                            "answer_aliases": list(item.parametric_aliases), "fact_id": fid,
+                            "cf_input": item.context, "cf_answer": item.counterfactual_answer,
+                            "cf_aliases": list(item.counterfactual_aliases)})
+    return {"train": train, "heldout": heldout}
+
+
+def known_of(point: dict, answer: str) -> bool:
+    return is_known(answer, {**point, "counterfactual_answer": point["cf_answer"],
+                             "counterfactual_aliases": point["cf_aliases"]})
+
+
+def choose_groups(cfg: InjectConfig, base: Path, log=print) -> dict:
+    """T, E and N from the facts the base model does not know closed-book (``OUT/data``)."""
+    data = Path(cfg.output_path) / "data"
+    groups_path = data / "groups.json"
+    if groups_path.is_file():
+        return json.loads(groups_path.read_text())
+    data.mkdir(parents=True, exist_ok=True)
+    cands = candidate_facts()
+    if cfg.quick:
+        cands = {part: pts[:4 * (cfg.t_facts + cfg.n_facts)] for part, pts in cands.items()}
+    base_path = data / "base_known.jsonl"
+    if base_path.is_file():
+        answers = {r["fact_id"]: r for r in read_jsonl(base_path)}
+    else:
+        model, tokenizer = load_model(base)
+        everything = cands["train"] + cands["heldout"]
+        said = greedy_answers(model, tokenizer, everything, log=log)
+        answers = {p["fact_id"]: {"fact_id": p["fact_id"], "answer": a, "known": known_of(p, a)}
+                   for p, a in zip(everything, said)}
+        write_jsonl(base_path, answers.values())
+    rng = random.Random(cfg.data_seed)
+    unknown_train = [p for p in cands["train"] if not answers[p["fact_id"]]["known"]]
+    unknown_held = [p for p in cands["heldout"] if not answers[p["fact_id"]]["known"]]
+    t = rng.sample(unknown_train, min(cfg.t_facts, len(unknown_train)))
+    n = rng.sample(unknown_held, min(cfg.n_facts, len(unknown_held) // 2))
+    n_ids = {p["fact_id"] for p in n}
+    e = [p for p in unknown_held if p["fact_id"] not in n_ids]
+    groups = {"T": t, "E": e, "N": n}
+    for name, pts in groups.items():
+        write_jsonl(data / f"{name}.jsonl", pts)
+    counts = {"candidates": {k: len(v) for k, v in cands.items()},
+              "known_at_base": {k: sum(answers[p["fact_id"]]["known"] for p in v) for k, v in cands.items()},
+              "groups": {k: len(v) for k, v in groups.items()}}
+    write_mixes(cfg, groups, data)
+    store_json(groups_path, counts)
+    return counts
+
+
+def write_mixes(cfg: InjectConfig, groups: dict[str, list[dict]], data: Path) -> None:
+    """Phase A's points (T and E closed-book) and each arm's mix, all drawn with ``data_seed``."""
+    from dataset_builders.training import training_points
+
+    rng = random.Random(f"{cfg.data_seed}:mixes")
+    t = groups["T"]
+    write_jsonl(data / "inject.jsonl", [_closed_book(p) for p in t + groups["E"]])
+    c_pool = [p for p in training_points("C") if p["family"] in FAMILIES]
+    n_c = round(len(t) * cfg.c_share / (1 - cfg.c_share))
+    n_s = round(len(t) * cfg.s_share)
+    c_points = rng.sample(c_pool, min(n_c, len(c_pool)))
+    s_points = [_closed_book(p) for p in rng.sample(t, min(n_s, len(t)))]
+    cs_points = [p["cs"] for p in t]
+    heavy = c_points + cs_points + s_points
+    rng.shuffle(heavy)
+    rest_c = [p for p in c_pool if p["id"] not in {q["id"] for q in c_points}]
+    c_only = c_points + rng.sample(rest_c, min(len(heavy) - len(c_points), len(rest_c)))
+    rng.shuffle(c_only)
+    cf_points = [{**p, "kind": "CF", "input": p["cf_input"], "output": p["cf_answer"],
+                  "answer_aliases": p["cf_aliases"]} for p in rng.sample(t, min(n_c, len(t)))]
+    augmented = heavy + cf_points
+    rng.shuffle(augmented)
+    for name, mix in (("cs_heavy", heavy), ("c_only", c_only), ("augmented", augmented)):
+        write_jsonl(data / f"mix_{name}.jsonl", [_strip(p) for p in mix])
+    probe = (rng.sample(c_points, min(cfg.loss_probe, len(c_points)))
+             + rng.sample(cs_points, min(cfg.loss_probe, len(cs_points)))
+             + [_closed_book(p) for p in rng.sample(t, min(cfg.loss_probe, len(t)))])
+    write_jsonl(data / "loss_probe.jsonl", [_strip(p) for p in probe])
+
+
+def _strip(point: dict) -> dict:
+    keep = ("id", "kind", "dataset", "family", "relation", "subject", "instruction", "input", "output",
+            "answer_aliases", "fact_id")
+    return {k: point[k] for k in keep if k in point}
+
+
+def load_groups(out: Path) -> dict[str, list[dict]]:
+    return {g: read_jsonl(Path(out) / "data" / f"{g}.jsonl") for g in GROUPS}
+
+
+# ------------------------------------------------------------------------------- measurements
+
+def answer_logprobs(model, tokenizer, prompts: list[str], answers: list[str], batch_size: int = 16) -> list[float]:
+    """The summed log-probability of each answer after its prompt (the prompt already rendered)."""
+    import torch
+
+    out: list[float] = []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    for i in range(0, len(prompts), batch_size):
+        pairs = []
+        for prompt, answer in zip(prompts[i:i + batch_size], answers[i:i + batch_size]):
+            head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            tail = tokenizer(answer if prompt.endswith((" ", "\n")) else " " + answer,
+                             add_special_tokens=False)["input_ids"]
+            pairs.append((head, tail))
+        width = max(len(h) + len(t) for h, t in pairs)
+        ids = torch.full((len(pairs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(pairs), width), dtype=torch.long)
+        for j, (h, t) in enumerate(pairs):
+            ids[j, :len(h) + len(t)] = torch.tensor(h + t)
+            mask[j, :len(h) + len(t)] = 1
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        for j, (h, t) in enumerate(pairs):
+            positions = torch.arange(len(h) - 1, len(h) + len(t) - 1)
+            out.append(float(logp[j, positions, torch.tensor(t)].sum()))
+    return out
+
+
+def measure_facts(model, tokenizer, groups: dict[str, list[dict]], run: str, step: int, max_new_tokens: int,
+                  said: dict[str, str] | None = None) -> list[dict]:
+    """One row per fact of T, E and N: ``M_C`` under its counterfactual passage and closed-book recall
+    (``said``: the closed-book answers by fact id, when they are known already)."""
+    model.eval()
+    facts = [(g, p) for g in GROUPS for p in groups[g]]
+    prompts = [generation_prompt(tokenizer, {"input": p["cf_input"], "instruction": p["instruction"]})
+               for _, p in facts]
+    lc = answer_logprobs(model, tokenizer, prompts, [p["cf_answer"] for _, p in facts])
+    lm = answer_logprobs(model, tokenizer, prompts, [p["output"] for _, p in facts])
+    if said is None:
+        answers = greedy_answers(model, tokenizer, [_closed_book(p) for _, p in facts], log=lambda *a, **k: None,
+                                 max_new_tokens=max_new_tokens)
+    else:
+        answers = [said[p["fact_id"]] for _, p in facts]
+    rows = []
+    for (g, p), c, m, a in zip(facts, lc, lm, answers):
+        rows.append({"run": run, "step": step, "group": g, "fact_id": p["fact_id"],
+                     "mc": round(1.0 / (1.0 + math.exp(m - c)), 6), "logp_context": round(c, 4),
+                     "logp_memory": round(m, 4), "known": int(known_of(p, a)), "answer": a.strip()})
+    return rows
+
+
+def loss_rows(model, tokenizer, probe: list[dict], run: str, step: int) -> list[dict]:
+    from .inversion import mean_loss_by_kind
+
+    model.eval()
+    return [{"run": run, "step": step, "split": "probe", "kind": k, "loss": round(loss, 6), "n": n}
+            for k, (loss, n) in sorted(mean_loss_by_kind(model, tokenizer, probe).items())]
+
+
+# ------------------------------------------------------------------------------------- training
+
+def _threads() -> None:
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("CF_TASKS_THREADS", "1")))
+
+
+def _step(model, tokenizer, optimizer, batch: list[dict]) -> float:
+    model.train()
+    losses = per_example_loss(model, tokenizer, batch)
+    loss = losses.mean()
+    if not math.isfinite(loss.item()):
+        raise StudyError(f"the training loss is {loss.item()} (diverged); lower the learning rate")
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def _save_model(model, tokenizer, folder: Path) -> None:
+    tmp = folder.parent / tmp_name(folder.name)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+
+
+def inject(cfg: InjectConfig, base: Path, log=print) -> Path:
+    """Phase A: teach T and E closed-book (full fine-tuning) into ``OUT/phase_a/model``."""
+    import torch
+
+    phase = Path(cfg.output_path) / "phase_a"
+    model_dir = phase / "model"
+    if (phase / "inject.json").is_file():
+        return model_dir
+    _threads()
+    phase.mkdir(parents=True, exist_ok=True)
+    points = read_jsonl(Path(cfg.output_path) / "data" / "inject.jsonl")
+    groups = load_groups(cfg.output_path)
+    taught = groups["T"] + groups["E"]
+    torch.manual_seed(cfg.data_seed)
+    model, tokenizer = load_model(base)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.inject_lr, weight_decay=0.0)
+    per_epoch = math.ceil(len(points) / cfg.batch_size)
+    rows, epoch, recall, start = [], 0, 0.0, time.perf_counter()
+    while epoch < cfg.inject_max_epochs:
+        losses = [_step(model, tokenizer, optimizer, b)
+                  for b in batches(points, per_epoch, cfg.batch_size, f"inject:{cfg.data_seed}:{epoch}")]
+        epoch += 1
+        row = {"epoch": epoch, "steps": epoch * per_epoch, "loss": round(sum(losses) / len(losses), 6), "recall": ""}
+        if epoch >= cfg.inject_min_epochs and (epoch - cfg.inject_min_epochs) % 2 == 0:
+            model.eval()
+            said = greedy_answers(model, tokenizer, [_closed_book(p) for p in taught], log=lambda *a, **k: None,
+                                  max_new_tokens=cfg.max_new_tokens)
+            recall = sum(known_of(p, a) for p, a in zip(taught, said)) / max(1, len(taught))
+            row["recall"] = round(recall, 4)
+        rows.append(row)
+        log(f"  phase A: epoch {epoch}, loss {row['loss']:.4f}, recall {row['recall']}, "
+            f"{time.perf_counter() - start:.0f} s")
+        if row["recall"] != "" and recall >= cfg.gate_recall:
+            break
+    _save_model(model, tokenizer, model_dir)
+    atomic_write(phase / "epochs.csv", rows_to_csv(rows, ("epoch", "steps", "loss", "recall")))
+    store_json(phase / "inject.json", {"epochs": epoch, "steps": epoch * per_epoch, "points": len(points),
+                                       "seconds": round(time.perf_counter() - start, 1)})
+    return model_dir
+
+
+def gate(cfg: InjectConfig, base: Path, injected: Path, log=print) -> dict:
+    """Measure the gate on the base and the phase-A model into ``OUT/phase_a/gate.json``."""
+    phase = Path(cfg.output_path) / "phase_a"
+    path = phase / "gate.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    _threads()
+    groups = load_groups(cfg.output_path)
+    probe = read_jsonl(Path(cfg.output_path) / "data" / "loss_probe.jsonl")
+    figures, measured = {}, []
+    at_base = {r["fact_id"]: r["answer"] for r in read_jsonl(Path(cfg.output_path) / "data" / "base_known.jsonl")}
+    for label, folder in (("base", base), ("phase_a", injected)):
+        model, tokenizer = load_model(folder)
+        rows = measure_facts(model, tokenizer, groups, label, 0, cfg.max_new_tokens,
+                             said=at_base if label == "base" else None)
+        measured += rows
+        losses = {r["kind"]: r["loss"] for r in loss_rows(model, tokenizer, probe, label, 0)}
+        for g in GROUPS:
+            mine = [r for r in rows if r["group"] == g]
+            figures[f"{label}_recall_{g}"] = round(sum(r["known"] for r in mine) / max(1, len(mine)), 4)
+            figures[f"{label}_mc_{g}"] = round(sum(r["mc"] for r in mine) / max(1, len(mine)), 4)
+        figures[f"{label}_loss_S_of_T"] = losses.get("S")
+        figures[f"{label}_loss_C"] = losses.get("C")
+        figures[f"{label}_loss_CS"] = losses.get("CS")
+    atomic_write(phase / "measure.csv", rows_to_csv(measured, MEASURE_COLUMNS))
+    checks = {
+        "recall_T": (figures["phase_a_recall_T"] >= cfg.gate_recall, f">= {cfg.gate_recall}"),
+        "recall_E": (figures["phase_a_recall_E"] >= cfg.gate_recall, f">= {cfg.gate_recall}"),
+        "mc_E": (figures["phase_a_mc_E"] <= cfg.gate_mc, f"<= {cfg.gate_mc}"),
+        "n_unchanged": (abs(figures["phase_a_mc_N"] - figures["base_mc_N"]) <= cfg.gate_n_shift
+                        and figures["phase_a_recall_N"] - figures["base_recall_N"] <= cfg.gate_n_shift,
+                        f"M_C and recall within {cfg.gate_n_shift} of the base model"),
+        "cs_condition": ((figures["phase_a_loss_S_of_T"] or 0) < (figures["phase_a_loss_C"] or 0),
+                         "closed-book loss of T below the context-only loss of C points"),
+    }
+    result = {"figures": figures, "checks": {k: {"met": bool(v[0]), "needs": v[1]} for k, v in checks.items()},
+              "met": all(v[0] for v in checks.values())}
+    store_json(path, result)
+    return result
+
+
+def gate_message(result: dict) -> str:
+    failed = [f"{k} ({v['needs']})" for k, v in result["checks"].items() if not v["met"]]
+    return "the phase-A gate failed: " + "; ".join(failed)
+
+
+def train_arm(cfg: InjectConfig, arm: str, seed: int, injected: Path, log=print) -> Path:
+    """Phase B for one arm and seed: full fine-tuning from the phase-A model, measured at every
+    checkpoint, resumable from the last one (``state/``)."""
+    import torch
+
+    out = Path(cfg.output_path)
+    run = run_name(arm, seed)
+    run_dir = out / "runs" / run
+    if (run_dir / "run.json").is_file():
+        return run_dir
+    _threads()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    groups = load_groups(out)
+    probe = read_jsonl(out / "data" / "loss_probe.jsonl")
+    points = read_jsonl(out / "data" / f"mix_{arm}.jsonl")
+    plan = batches(points, cfg.steps, cfg.batch_size, seed)
+    state = run_dir / "state"
+    torch.manual_seed(seed)
+    if (state / "state.json").is_file():
+        saved = json.loads((state / "state.json").read_text())
+        model, tokenizer = load_model(state / "model")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        optimizer.load_state_dict(torch.load(state / "optimizer.pt", weights_only=True))
+        first, measured, losses = saved["step"], saved["measure"], saved["loss"]
+        log(f"  {run}: resumed at step {first}")
+    else:
+        model, tokenizer = load_model(injected)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+        first, losses = 0, loss_rows(model, tokenizer, probe, run, 0)
+        measured = measure_facts(model, tokenizer, groups, run, 0, cfg.max_new_tokens)
+        _link_model(injected, run_dir / "checkpoint-0")
+    start = time.perf_counter()
+    for step in range(first + 1, cfg.steps + 1):
+        batch = plan[step - 1]
+        value = _step(model, tokenizer, optimizer, batch)
+        losses.append({"run": run, "step": step, "split": "train", "kind": "all", "loss": round(value, 6),
+                       "n": len(batch)})
+        if step % cfg.save_every == 0 or step == cfg.steps:
+            losses += loss_rows(model, tokenizer, probe, run, step)
+            measured += measure_facts(model, tokenizer, groups, run, step, cfg.max_new_tokens)
+            if step % cfg.sweep_every == 0 or step == cfg.steps:
+                _save_model(model, tokenizer, run_dir / f"checkpoint-{step}")
+            _save_state(model, tokenizer, optimizer, state, step, measured, losses)
+            known_e = [r for r in measured if r["step"] == step and r["group"] == "E"]
+            log(f"  {run}: step {step}/{cfg.steps}, loss {value:.3f}, M_C(E) "
+                f"{sum(r['mc'] for r in known_e) / max(1, len(known_e)):.3f}, "
+                f"{(time.perf_counter() - start) / (step - first):.1f} s/step")
+    atomic_write(run_dir / "measure.csv", rows_to_csv(measured, MEASURE_COLUMNS))
+    atomic_write(run_dir / "loss.csv", rows_to_csv(losses, LOSS_COLUMNS))
+    store_json(run_dir / "run.json", {"arm": arm, "seed": seed, "steps": cfg.steps, "lr": cfg.lr,
+                                      "batch_size": cfg.batch_size, "points": _counts(points),
+                                      "seconds": round(time.perf_counter() - start, 1)})
+    shutil.rmtree(state, ignore_errors=True)
+    return run_dir
+
+
+def _counts(points: list[dict]) -> dict[str, int]:
+    return {k: sum(1 for p in points if p["kind"] == k) for k in KINDS if any(p["kind"] == k for p in points)}
+
+
+def _link_model(src: Path, dest: Path) -> None:
+    """``dest`` holds the same files as ``src`` (hard links where the disk allows, else copies)."""
+    if dest.exists():
+        return
+    tmp = dest.parent / tmp_name(dest.name)
+    tmp.mkdir(parents=True)
+    for f in Path(src).iterdir():
+        if f.is_file():
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                shutil.copy2(f, tmp / f.name)
+    tmp.rename(dest)
+
+
+def _save_state(model, tokenizer, optimizer, state: Path, step: int, measured: list, losses: list) -> None:
+    import torch
+
+    tmp = state.parent / tmp_name("state")
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp / "model")
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "measure": measured, "loss": losses}))
+    old = state.parent / tmp_name("state-old")
+    if state.exists():
+        state.rename(old)
+    tmp.rename(state)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def sweep_arm(cfg: InjectConfig, run_dir: Path, chat: bool) -> int:
+    """``cf-tasks sweep`` of one run's saved checkpoints into ``OUT/sweeps``; failed checkpoints."""
+    from ..sweep import SweepConfig, run_sweep
+
+    sweep = SweepConfig(run_dir=run_dir, tasks=list(cfg.tasks), output_path=Path(cfg.output_path) / "sweeps",
+                        backend="hf", limit=cfg.limit, batch_size=cfg.sweep_batch_size, include_base=False,
+                        device="cpu", apply_chat_template=chat, metadata={"split": "heldout"},
+                        knowledge=True, agree=True, attention=False)
+    return run_sweep(sweep)
+
+
+# ------------------------------------------------------------------------------------- the study
+
+def base_model(cfg: InjectConfig) -> Path:
+    if cfg.model:
+        return Path(cfg.model).resolve()
+    from ..default_model import default_model_path
+
+    return default_model_path()
+
+
+def run_study(cfg: InjectConfig, log=print) -> int:
+    """Every part in order; returns the number of failed sweep checkpoints. Raises GateFailed."""
+    from ..sweep.store import folder_identity
+
+    check_config(cfg)
+    base = base_model(cfg)
+    claim_folder(cfg, folder_identity(base))
+    counts = choose_groups(cfg, base, log)
+    log(f"facts: {counts}")
+    injected = inject(cfg, base, log)
+    result = gate(cfg, base, injected, log)
+    log("gate: " + ", ".join(f"{k} {'met' if v['met'] else 'FAILED'}" for k, v in result["checks"].items()))
+    if not result["met"]:
+        raise GateFailed(gate_message(result) + f" (figures in {Path(cfg.output_path) / 'phase_a' / 'gate.json'})")
+    from transformers import AutoTokenizer
+
+    chat = bool(getattr(AutoTokenizer.from_pretrained(injected), "chat_template", None))
+    failed = 0
+    for seed in cfg.seeds:
+        for arm in cfg.arms:
+            run_dir = train_arm(cfg, arm, seed, injected, log)
+            if cfg.sweep:
+                failed += sweep_arm(cfg, run_dir, chat)
+    return failed
