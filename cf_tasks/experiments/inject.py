@@ -33,13 +33,13 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..files import atomic_write, tmp_name
 from ..results import rows_to_csv
-from .inversion import (CONTEXT_PROMPT, KINDS, StudyError, batches, encode, generation_prompt, greedy_answers,
-                        is_known, load_model, per_example_loss, read_jsonl, store_json, write_jsonl)
+from .inversion import (KINDS, StudyError, batches, claim_study_folder, generation_prompt, greedy_answers, is_known,
+                        load_model, per_example_loss, read_jsonl, settings_of, store_json, write_jsonl)
 
 ARMS = {
     "cs_heavy": "C+S : C = 3 : 1 plus closed-book S points of the injected training facts",
@@ -48,6 +48,7 @@ ARMS = {
 }
 FAMILIES = ("cf_capitals", "cf_world_facts")  # the held-out probe facts: tasks with counterfactual passages
 GROUPS = ("T", "E", "N")
+RECALLED = ("E", "N")  # the groups whose closed-book recall phase B measures at every checkpoint
 MEASURE_COLUMNS = ("run", "step", "group", "fact_id", "mc", "logp_context", "logp_memory", "known", "answer")
 LOSS_COLUMNS = ("run", "step", "split", "kind", "loss", "n")
 GATE_KEYS = ("gate_recall", "gate_mc", "gate_n_shift")
@@ -83,7 +84,8 @@ class InjectConfig:
     limit: int | None = 100
     sweep_batch_size: int = 8
     data_seed: int = 0
-    max_new_tokens: int = 32
+    max_new_tokens: int = 32  # closed-book answers of the knowledge probe and the gate (the sweep's own cap)
+    measure_tokens: int = 16  # closed-book answers at phase B's checkpoints (E and N; answers are short by then)
     quick: bool = False
     report_path: Path | None = None
     sweep: bool = True
@@ -94,14 +96,12 @@ class InjectConfig:
 
     def settings(self) -> dict:
         """What moves a number of the study: a rerun into the same folder must match these."""
-        # the model is known by its content (model_id), not its path: a moved model folder is the same model
-        skip = {"output_path", "model", "arms", "seeds", "report_path", "quick", "sweep"}
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k not in skip}
+        return settings_of(self)
 
 
 QUICK = dict(t_facts=6, n_facts=3, inject_min_epochs=1, inject_max_epochs=1, steps=4, save_every=2, sweep_every=4,
-             batch_size=4, loss_probe=3, limit=3, tasks=("cf_capitals",), max_new_tokens=8, quick=True,
-             gate_recall=0.0, gate_mc=1.0, gate_n_shift=1.0)
+             batch_size=4, loss_probe=3, limit=3, tasks=("cf_capitals",), max_new_tokens=8, measure_tokens=8,
+             quick=True, gate_recall=0.0, gate_mc=1.0, gate_n_shift=1.0)
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -136,30 +136,9 @@ def check_config(cfg: InjectConfig) -> None:
         raise StudyError("--inject_max_epochs is below --inject_min_epochs; raise it")
 
 
-def settings_record(cfg: InjectConfig, model_id: str) -> dict:
-    return {"design": "inject", "model_id": model_id, **cfg.settings()}
-
-
 def claim_folder(cfg: InjectConfig, model_id: str) -> None:
     """Write the study's settings record, or refuse a folder made with other settings (exit 2)."""
-    out = Path(cfg.output_path)
-    record = settings_record(cfg, model_id)
-    path = out / "config.json"
-    if path.is_file():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, ValueError):
-            raise StudyError(f"{path} is unreadable; move the folder aside or pass another --output_path") from None
-        if old.get("design") != "inject":
-            raise StudyError(f"{out} holds a study of another design; pass another --output_path")
-        diff = [k for k in sorted(set(old) | set(record)) if old.get(k) != record.get(k)]
-        if diff:
-            k = diff[0]
-            raise StudyError(f"{out} was made with {k}={old.get(k)!r}, this run asks {record.get(k)!r}; "
-                             "pass the same settings or another --output_path")
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    store_json(path, record)
+    claim_study_folder(Path(cfg.output_path), {"design": "inject", "model_id": model_id, **cfg.settings()})
 
 
 # ------------------------------------------------------------------------------------- facts
@@ -317,9 +296,10 @@ def answer_logprobs(model, tokenizer, prompts: list[str], answers: list[str], ba
 
 
 def measure_facts(model, tokenizer, groups: dict[str, list[dict]], run: str, step: int, max_new_tokens: int,
-                  said: dict[str, str] | None = None) -> list[dict]:
-    """One row per fact of T, E and N: ``M_C`` under its counterfactual passage and closed-book recall
-    (``said``: the closed-book answers by fact id, when they are known already)."""
+                  said: dict[str, str] | None = None, recall_groups: tuple[str, ...] = GROUPS) -> list[dict]:
+    """One row per fact of T, E and N: ``M_C`` under its counterfactual passage, and closed-book
+    recall for the facts of ``recall_groups`` ("" for the others) (``said``: the closed-book answers
+    by fact id, when they are known already)."""
     model.eval()
     facts = [(g, p) for g in GROUPS for p in groups[g]]
     prompts = [generation_prompt(tokenizer, {"input": p["cf_input"], "instruction": p["instruction"]})
@@ -327,15 +307,17 @@ def measure_facts(model, tokenizer, groups: dict[str, list[dict]], run: str, ste
     lc = answer_logprobs(model, tokenizer, prompts, [p["cf_answer"] for _, p in facts])
     lm = answer_logprobs(model, tokenizer, prompts, [p["output"] for _, p in facts])
     if said is None:
-        answers = greedy_answers(model, tokenizer, [_closed_book(p) for _, p in facts], log=lambda *a, **k: None,
-                                 max_new_tokens=max_new_tokens)
-    else:
-        answers = [said[p["fact_id"]] for _, p in facts]
+        asked = [p for g, p in facts if g in recall_groups]
+        said = dict(zip((p["fact_id"] for p in asked),
+                        greedy_answers(model, tokenizer, [_closed_book(p) for p in asked], log=lambda *a, **k: None,
+                                       max_new_tokens=max_new_tokens)))
     rows = []
-    for (g, p), c, m, a in zip(facts, lc, lm, answers):
+    for (g, p), c, m in zip(facts, lc, lm):
+        a = said.get(p["fact_id"]) if g in recall_groups else None
         rows.append({"run": run, "step": step, "group": g, "fact_id": p["fact_id"],
                      "mc": round(1.0 / (1.0 + math.exp(m - c)), 6), "logp_context": round(c, 4),
-                     "logp_memory": round(m, 4), "known": int(known_of(p, a)), "answer": a.strip()})
+                     "logp_memory": round(m, 4), "known": "" if a is None else int(known_of(p, a)),
+                     "answer": "" if a is None else a.strip()})
     return rows
 
 
@@ -492,7 +474,7 @@ def train_arm(cfg: InjectConfig, arm: str, seed: int, injected: Path, log=print)
         model, tokenizer = load_model(injected)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         first, losses = 0, loss_rows(model, tokenizer, probe, run, 0)
-        measured = measure_facts(model, tokenizer, groups, run, 0, cfg.max_new_tokens)
+        measured = measure_facts(model, tokenizer, groups, run, 0, cfg.measure_tokens, recall_groups=RECALLED)
         _link_model(injected, run_dir / "checkpoint-0")
     start = time.perf_counter()
     for step in range(first + 1, cfg.steps + 1):
@@ -502,7 +484,7 @@ def train_arm(cfg: InjectConfig, arm: str, seed: int, injected: Path, log=print)
                        "n": len(batch)})
         if step % cfg.save_every == 0 or step == cfg.steps:
             losses += loss_rows(model, tokenizer, probe, run, step)
-            measured += measure_facts(model, tokenizer, groups, run, step, cfg.max_new_tokens)
+            measured += measure_facts(model, tokenizer, groups, run, step, cfg.measure_tokens, recall_groups=RECALLED)
             if step % cfg.sweep_every == 0 or step == cfg.steps:
                 _save_model(model, tokenizer, run_dir / f"checkpoint-{step}")
             _save_state(model, tokenizer, optimizer, state, step, measured, losses)

@@ -154,10 +154,12 @@ def curves(measured: list[dict]) -> list[dict]:
     for (run, step, group), rows in sorted(keyed.items()):
         mc = [float(r["mc"]) for r in rows]
         known = [float(r["mc"]) for r in rows if r["known"] == "1"]
+        asked = [r for r in rows if r["known"] != ""]  # recall is not measured for every group at every step
         mean, low, high = _mean_ci(mc)
         out.append({"run": run, "step": step, "group": group, "n": len(rows), "mc": round(mean, 4),
                     "mc_ci_low": round(low, 4), "mc_ci_high": round(high, 4),
-                    "recall": round(sum(r["known"] == "1" for r in rows) / len(rows), 4), "n_known": len(known),
+                    "recall": round(len(known) / len(asked), 4) if asked else "",
+                    "n_known": len(known) if asked else "",
                     "mc_known": round(sum(known) / len(known), 4) if known else "",
                     "context_preferred": round(sum(v > 0.5 for v in mc) / len(mc), 4)})
     return out

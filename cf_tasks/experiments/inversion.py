@@ -45,7 +45,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -510,6 +510,40 @@ def add_time(out: Path, part: str, seconds: float) -> None:
     store_json(out / "timing.json", timing)
 
 
+# What does not move a number: where things are, which runs this invocation adds, how much it prints.
+NOT_SETTINGS = frozenset({"output_path", "model", "arms", "seeds", "report_path", "quick", "sweep"})
+
+
+def settings_of(cfg) -> dict:
+    """The settings of a study config that move its numbers (the model is known by its content)."""
+    from dataclasses import asdict
+
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}
+
+
+def claim_study_folder(out: Path, record: dict) -> None:
+    """Write a study folder's settings record, or refuse a folder made with other settings (a
+    ``StudyError``: one line naming the first setting that differs and the fix)."""
+    out = Path(out)
+    path = out / "config.json"
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            raise StudyError(f"{path} is unreadable; move the folder aside or pass another --output_path") from None
+        if old.get("design") != record["design"]:
+            raise StudyError(f"{out} holds a study of another design ({old.get('design') or 'an older cf-tasks'}); "
+                             "pass another --output_path")
+        diff = [k for k in sorted(set(old) | set(record)) if old.get(k) != record.get(k)]
+        if diff:
+            k = diff[0]
+            raise StudyError(f"{out} was made with {k}={old.get(k)!r}, this run asks {record.get(k)!r}; "
+                             "pass the same settings or another --output_path")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    store_json(path, record)
+
+
 def base_model(cfg: StudyConfig) -> Path:
     if cfg.model:
         return Path(cfg.model).resolve()
@@ -520,11 +554,11 @@ def base_model(cfg: StudyConfig) -> Path:
 
 def run_study(cfg: StudyConfig, log=print) -> int:
     """Every part of the study; returns the number of failed checkpoints of the sweeps."""
+    from ..sweep.store import folder_identity
+
     out = Path(cfg.output_path)
-    out.mkdir(parents=True, exist_ok=True)
     base = base_model(cfg)
-    store_json(out / "config.json", {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
-                                     for k, v in vars(cfg).items()} | {"base": str(base)})
+    claim_study_folder(out, {"design": "known_lora", "model_id": folder_identity(base), **settings_of(cfg)})
     start = time.perf_counter()
     manifest = prepare_data(cfg, base, log)
     add_time(out, "data", time.perf_counter() - start)
@@ -633,7 +667,13 @@ def summary_of_runs(out: Path, sweeps: Path, target: Path, alpha: float) -> dict
     the store) and the plot into ``target``."""
     from ..sweep import sweep_rows, write_outputs
 
-    rows = [{k: v for k, v in r.items() if k != "series"} for r in sweep_rows(sweeps)]
+    # A run is known by its folder's name: a study folder moved and resumed finds its checkpoints at
+    # new paths with the same content, and each result must count once, under the latest path.
+    latest: dict[tuple, dict] = {}
+    for r in sweep_rows(sweeps):
+        r = {k: v for k, v in r.items() if k != "series"}
+        latest[(Path(r["run"]).name, r["step"], r["checkpoint"], r["task"], r["metric"], r.get("settings"))] = r
+    rows = list(latest.values())
     base = [r for r in rows if r["step"] == 0 and r["checkpoint"] == "base"]
     run_dirs = sorted({r["run"] for r in rows if r["checkpoint"] != "base"})
     merged = [r for r in rows if not (r["step"] == 0 and r["checkpoint"] == "base")]
