@@ -180,3 +180,29 @@ def test_wilson_intervals_equal_known_values_and_never_have_zero_width():
     low, high = stats.wilson_interval(0.5, 100)
     assert (low, high) == pytest.approx((0.4038, 0.5962), abs=1e-4)
     assert stats.wilson_interval(0.3, 0) == pytest.approx((math.nan, math.nan), nan_ok=True)
+
+
+def test_the_plots_bars_are_wilson_intervals_never_of_zero_width(tmp_path):
+    """A series at accuracy 0 and 1: every bar drawn has its Wilson width (below and above the
+    point) and none is zero; a point without n gets no bar."""
+    from unittest import mock
+
+    from matplotlib.axes import Axes
+
+    from cf_tasks.sweep import views
+
+    rows = [{"checkpoint": f"checkpoint-{s}", "step": s, "task": "cf_bio", "metric": m, "value": v, "stderr": 0.0,
+             "n": n, "run": "/r", "limit": None, "model": "/r/m"}
+            for s, v, n in ((1, 0.0, 20), (2, 1.0, 20), (3, 0.5, None))
+            for m in ("counterfactual_acc", "parametric_acc")]
+    views.label_series(rows)
+    real = Axes.errorbar
+    with mock.patch.object(Axes, "errorbar", autospec=True, side_effect=real) as drawn:
+        views.plot(rows, tmp_path / "p.png")
+    assert drawn.call_count == 2 and (tmp_path / "p.png").stat().st_size > 0
+    for call in drawn.call_args_list:
+        below, above = call.kwargs["yerr"]
+        assert below[0] == pytest.approx(0.0, abs=1e-12) and above[0] == pytest.approx(0.1611, abs=1e-3)  # 0 of 20
+        assert above[1] == pytest.approx(0.0, abs=1e-12) and below[1] == pytest.approx(0.1611, abs=1e-3)  # 20 of 20
+        assert math.isnan(below[2]) and math.isnan(above[2])  # no n: no bar
+        assert all(lo + hi > 0 for lo, hi in zip(below[:2], above[:2]))
