@@ -15,18 +15,21 @@ the last of 10 checkpoints, the size of the paper's Figures 2-5).
 
 "In a sweep of 24" is one planted series among 23 flat ones: Holm's first step, p < alpha / 24.
 
-    python benchmarks/inversion_sim.py [--series 1200] [--power_series 200] [--seed 0]
+    python benchmarks/inversion_sim.py [--series 2400] [--power_series 400] [--seed 0] [--write docs/statistics.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 
+from cf_tasks.files import atomic_write
 from cf_tasks.sweep.ushape import binomial_tail, fixed_peak_test, whole_series_test
 from cf_tasks.sweep.stats import holm
 
@@ -69,16 +72,18 @@ def _latent(rng: np.random.Generator, shape: tuple[int, int, int], kappa: float,
 
 def step_effect(target: np.ndarray, kappa: float, rho: float, sd: float, seed: int = 0) -> np.ndarray:
     """The logit shift per checkpoint that moves the mean accuracy by ``target`` (bisection)."""
-    base = _latent(np.random.default_rng(seed), (1, SOLVE_ITEMS, 1), kappa, rho, sd)[0, :, 0]
+    return np.array([_shift(float(change), kappa, rho, sd, seed, SOLVE_ITEMS) for change in target])
+
+
+@functools.lru_cache(maxsize=None)
+def _shift(change: float, kappa: float, rho: float, sd: float, seed: int, items: int) -> float:
+    base = _latent(np.random.default_rng(seed), (1, items, 1), kappa, rho, sd)[0, :, 0]
     level = (1 / (1 + np.exp(-base))).mean()
-    shifts = []
-    for change in target:
-        lo, hi = -12.0, 12.0
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if (1 / (1 + np.exp(-(base + mid)))).mean() - level < change else (lo, mid)
-        shifts.append((lo + hi) / 2)
-    return np.array(shifts)
+    lo, hi = -12.0, 12.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (1 / (1 + np.exp(-(base + mid)))).mean() - level < change else (lo, mid)
+    return (lo + hi) / 2
 
 
 def outcomes(rng: np.random.Generator, series: int, items: int, setting: str, kind: str = "flat",
@@ -132,36 +137,59 @@ def settings_text(series: int, power_series: int, resamples: int, seed: int) -> 
             f"seed {seed}.")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", type=int, default=1200, help="series per null cell (a multiple of 24)")
-    parser.add_argument("--power_series", type=int, default=200)
-    parser.add_argument("--resamples", type=int, default=9999)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    start = time.perf_counter()
-    print(settings_text(args.series, args.power_series, args.resamples, args.seed) + "\n")
-    print("Null: the rate of \"inversion\" (per series at alpha; per sweep of 24 after Holm; 99.9% band up to "
-          f"{band(ALPHA, args.series):.3f} per series)\n")
-    print("| dependence | null | items | whole series | per sweep | fixed peak | split half (before) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+BEGIN, END = "<!-- inversion_sim tables: begin -->", "<!-- inversion_sim tables: end -->"
+
+
+def write_tables(path: Path, text: str) -> None:
+    """Put ``text`` between the BEGIN and END markers of ``path`` (written to a temp file, then renamed)."""
+    doc = path.read_text(encoding="utf-8")
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} block to write the tables into; add one")
+    head, rest = doc.split(BEGIN, 1)
+    atomic_write(path, (head + BEGIN + "\n" + text.rstrip("\n") + "\n" + END + rest.split(END, 1)[1]).encode())
+
+
+def tables(series: int, power_series: int, resamples: int, seed: int) -> list[str]:
+    """The null and power tables, as markdown lines."""
+    out = [settings_text(series, power_series, resamples, seed), "",
+           "Null: the rate of \"inversion\" (per series at alpha; per sweep of 24 after Holm; 99.9% band up to "
+           f"{band(ALPHA, series):.3f} per series, {band(ALPHA, series // SERIES_PER_SWEEP):.3f} per sweep)", "",
+           "| dependence | null | items | whole series | per sweep | fixed peak | split half (before) |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     for setting in DEPENDENCE:
         for kind in ("flat", "rise_flat"):
             for n in (40, 200):
-                rng = np.random.default_rng([args.seed, list(DEPENDENCE).index(setting), len(kind), n])
-                p = test_all(outcomes(rng, args.series, n, setting, kind), args.resamples)
-                print(f"| {setting} | {kind.replace('_', ' then ')} | {n} | {(p['whole'] < ALPHA).mean():.4f} | "
-                      f"{per_sweep(p['whole']):.3f} | {(p['fixed'] < ALPHA).mean():.4f} | {(p['split'] < ALPHA).mean():.4f} |")
-    print(f"\nPower: rise {RISE} then fall {FALL} (share of series called an inversion)\n")
-    print("| dependence | items | whole series, alone | whole series, 1 of 24 | fixed peak, alone | fixed peak, 1 of 24 "
-          "| split half, alone | split half, 1 of 24 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+                rng = np.random.default_rng([seed, list(DEPENDENCE).index(setting), len(kind), n])
+                p = test_all(outcomes(rng, series, n, setting, kind), resamples)
+                out.append(f"| {setting} | {kind.replace('_', ' then ')} | {n} | {(p['whole'] < ALPHA).mean():.4f} | "
+                           f"{per_sweep(p['whole']):.3f} | {(p['fixed'] < ALPHA).mean():.4f} | "
+                           f"{(p['split'] < ALPHA).mean():.4f} |")
+    out += ["", f"Power: rise {RISE} then fall {FALL} (share of series called an inversion)", "",
+            "| dependence | items | whole series, alone | whole series, 1 of 24 | fixed peak, alone | fixed peak, 1 of 24 "
+            "| split half, alone | split half, 1 of 24 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for setting in DEPENDENCE:
         for n in ITEMS:
-            rng = np.random.default_rng([args.seed, 100 + list(DEPENDENCE).index(setting), n])
-            p = test_all(outcomes(rng, args.power_series, n, setting, "rise_fall"), args.resamples)
+            rng = np.random.default_rng([seed, 100 + list(DEPENDENCE).index(setting), n])
+            p = test_all(outcomes(rng, power_series, n, setting, "rise_fall"), resamples)
             cells = [f"{(p[k] < a).mean():.2f}" for k in ("whole", "fixed", "split") for a in (ALPHA, ALPHA / SERIES_PER_SWEEP)]
-            print(f"| {setting} | {n} | " + " | ".join(cells) + " |")
+            out.append(f"| {setting} | {n} | " + " | ".join(cells) + " |")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--series", type=int, default=2400, help="series per null cell (a multiple of 24)")
+    parser.add_argument("--power_series", type=int, default=400)
+    parser.add_argument("--resamples", type=int, default=9999)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write", type=Path, default=None,
+                        help="also put the tables into this markdown file, between its marker comments")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    text = "\n".join(tables(args.series, args.power_series, args.resamples, args.seed))
+    print(text)
+    if args.write:
+        write_tables(args.write, text)
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 

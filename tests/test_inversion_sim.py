@@ -100,3 +100,20 @@ def test_one_sided_binomial_tail_equals_scipy():
     for k, n in ((0, 0), (3, 10), (9, 10), (40, 100), (70, 100)):
         expected = stats.binomtest(k, n, 0.5, alternative="greater").pvalue if n else 1.0
         assert binomial_tail(k, n - k) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_benchmark_writes_its_tables_between_the_guides_markers(sim, tmp_path, monkeypatch):
+    monkeypatch.setattr(sim, "SOLVE_ITEMS", 20_000)  # a coarser solve of the step effect: this checks the tables' form
+    lines = sim.tables(24, 2, 99, 0)
+    assert lines[0].startswith("Settings: 10 checkpoints") and "kappa 4, AR(1) rho 0.9" in lines[0]
+    assert sum(line.startswith("| difficulty") for line in lines) == 4 + 4 + 8  # null cells, power cells
+    doc = tmp_path / "guide.md"
+    doc.write_text(f"intro\n{sim.BEGIN}\nold table\n{sim.END}\noutro\n")
+    sim.write_tables(doc, "\n".join(lines))
+    text = doc.read_text()
+    assert text.startswith(f"intro\n{sim.BEGIN}\nSettings: ") and text.endswith(f"{sim.END}\noutro\n")
+    assert "old table" not in text and text.count("| dependence |") == 2
+    doc.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no <!-- inversion_sim tables: begin -->"):
+        sim.write_tables(doc, "x")
+    assert doc.read_text() == "no markers\n"
