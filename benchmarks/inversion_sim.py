@@ -1,132 +1,127 @@
 """How often the sweep's "inversion" verdict fires when nothing rises and falls, and how often it
-fires when something does: the summary's rule simulated on per-item outcomes, next to the rule of
-cf-tasks 0.x before the split (peak and tests on the same items, no correction across series).
+fires when something does: the summary's tests (``whole_series_test``, ``fixed_peak_test``, Holm)
+on simulated per-item outcomes, beside the split-half rule of cf-tasks before (the peak chosen on a
+seeded half of the items, one-sided exact McNemar tests of the rise and the fall on the other half).
 
-Per-item outcomes: item i has its own accuracy p_i (a Beta draw around the series' accuracy
-level, concentration ``CONCENTRATION``: some items nearly always right, some nearly never), and
-at checkpoint t it is right with probability expit(logit(p_i) + e_t), drawn independently per
-checkpoint. Under the null e_t = 0 (outcomes that do not depend on the step); the least
-favourable null for an intersection-union test is a real rise with no fall (e_t climbs to
-``RISE`` and stays). The planted effect is a rise to a peak at a third of the checkpoints and a
-fall back to the start.
+Per-item outcomes: item i has its own accuracy p_i (a Beta draw around the series' accuracy level
+with concentration ``kappa``: at 4 some items are nearly always right and some nearly never; at 1
+most are), so an item's outcomes are correlated across checkpoints through its difficulty. With
+``rho`` > 0 an item also carries a persistent state: a Gaussian AR(1) walk on the logit scale (sd
+``sd``, correlation ``rho`` between neighbouring checkpoints), so that an item that just flipped tends
+to stay flipped. At checkpoint t the item is right with probability expit(logit(p_i) + u_it + e_t);
+the step effect e_t is solved numerically so that the mean accuracy follows the planted path
+(flat; a rise of 0.2 to checkpoint 3 then flat; a rise of 0.2 to checkpoint 3 then a fall of 0.15 by
+the last of 10 checkpoints, the size of the paper's Figures 2-5).
 
-The new rule uses the summary's own functions (``split_items``, ``choose_peak``'s tie rule,
-``binomial_tail``, ``holm``) on arrays; ``tests/test_inversion_sim.py`` checks that it gives the
-same peak and p-values as ``summarize`` on the same items.
+"In a sweep of 24" is one planted series among 23 flat ones: Holm's first step, p < alpha / 24.
 
-    python benchmarks/inversion_sim.py [--series 4000] [--seed 0]
+    python benchmarks/inversion_sim.py [--series 2400] [--power_series 400] [--seed 0] [--write docs/statistics.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
+import random
 import time
+from pathlib import Path
 
 import numpy as np
 
-from cf_tasks.sweep.stats import SELECTION_SEED, binomial_tail, holm, mcnemar_exact, split_items
+from cf_tasks.files import atomic_write
+from cf_tasks.sweep.ushape import binomial_tail, fixed_peak_test, whole_series_test
+from cf_tasks.sweep.stats import holm
 
 ALPHA = 0.05
-CONCENTRATION = 4.0  # Beta(a, b) with a + b = 4: items differ a lot in how often they are right
-LEVELS = (0.1, 0.3, 0.5, 0.7)
-CHECKPOINTS = (5, 10, 20, 50)
-ITEMS = (50, 200, 1000)
-SERIES_PER_SWEEP = 24  # the series one sweep of cf_suite reports at once
-RISE = 1.0  # the least favourable null's rise, on the logit scale
+CHECKPOINTS = 10
+PEAK = 3  # the planted peak's checkpoint index
+LEVEL = 0.4  # mean accuracy at the first checkpoint
+RISE, FALL = 0.2, 0.15
+SERIES_PER_SWEEP = 24
+ITEMS = (40, 100, 200, 300)
+# name: (kappa, rho, sd) -- heterogeneity of difficulty, persistence across checkpoints
+DEPENDENCE = {"difficulty": (4.0, 0.0, 0.0), "difficulty+persistence": (4.0, 0.9, 1.0),
+              "strong difficulty": (1.0, 0.0, 0.0)}
+SOLVE_ITEMS = 200_000  # items drawn to solve the step effect for a target mean accuracy
 
 
-def item_ids(n: int) -> list[str]:
-    return [f"item-{i:04d}" for i in range(n)]
+def path(kind: str, checkpoints: int = CHECKPOINTS, peak: int = PEAK) -> np.ndarray:
+    """Mean accuracy change from the first checkpoint, per checkpoint: flat, rise_flat or rise_fall."""
+    up = np.linspace(0, RISE, peak + 1)
+    if kind == "flat":
+        return np.zeros(checkpoints)
+    if kind == "rise_flat":
+        return np.concatenate([up, np.full(checkpoints - peak - 1, RISE)])
+    return np.concatenate([up, np.linspace(RISE, RISE - FALL, checkpoints - peak)[1:]])
 
 
-def outcomes(rng: np.random.Generator, series: int, checkpoints: int, items: int, level: float,
-             effect: np.ndarray | None = None) -> np.ndarray:
-    """Booleans (series, checkpoints, items): right or wrong; ``effect`` the logit shift per checkpoint."""
-    p = rng.beta(level * CONCENTRATION, (1 - level) * CONCENTRATION, size=(series, 1, items))
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    logit = np.log(p / (1 - p))
-    shift = np.zeros(checkpoints) if effect is None else np.asarray(effect, dtype=float)
-    prob = 1 / (1 + np.exp(-(logit + shift[None, :, None])))
-    return rng.random((series, checkpoints, items)) < prob
+def _latent(rng: np.random.Generator, shape: tuple[int, int, int], kappa: float, rho: float, sd: float) -> np.ndarray:
+    """Logit of each item's accuracy at each checkpoint before the step effect (series, items, checkpoints)."""
+    s, n, c = shape
+    p = np.clip(rng.beta(LEVEL * kappa, (1 - LEVEL) * kappa, size=(s, n, 1)), 1e-6, 1 - 1e-6)
+    logit = np.log(p / (1 - p)) + np.zeros((1, 1, c))
+    if rho > 0:
+        u = np.empty((s, n, c))
+        u[..., 0] = rng.normal(0, sd, (s, n))
+        for t in range(1, c):
+            u[..., t] = rho * u[..., t - 1] + math.sqrt(1 - rho * rho) * rng.normal(0, sd, (s, n))
+        logit = logit + u
+    return logit
 
 
-def rise_and_fall(checkpoints: int, size: float) -> np.ndarray:
-    """A logit shift that climbs to ``size`` at a third of the checkpoints and falls back to 0."""
-    peak = max(1, checkpoints // 3)
-    up = np.linspace(0, size, peak + 1)
-    down = np.linspace(size, 0, checkpoints - peak)
-    return np.concatenate([up, down[1:]])
+def step_effect(target: np.ndarray, kappa: float, rho: float, sd: float, seed: int = 0) -> np.ndarray:
+    """The logit shift per checkpoint that moves the mean accuracy by ``target`` (bisection)."""
+    return np.array([_shift(float(change), kappa, rho, sd, seed, SOLVE_ITEMS) for change in target])
 
 
-def rise_only(checkpoints: int, size: float = RISE) -> np.ndarray:
-    peak = max(1, checkpoints // 3)
-    return np.concatenate([np.linspace(0, size, peak + 1), np.full(checkpoints - peak - 1, size)])
+@functools.lru_cache(maxsize=None)
+def _shift(change: float, kappa: float, rho: float, sd: float, seed: int, items: int) -> float:
+    base = _latent(np.random.default_rng(seed), (1, items, 1), kappa, rho, sd)[0, :, 0]
+    level = (1 / (1 + np.exp(-base))).mean()
+    lo, hi = -12.0, 12.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (1 / (1 + np.exp(-(base + mid)))).mean() - level < change else (lo, mid)
+    return (lo + hi) / 2
 
 
-def _flips(x: np.ndarray, before: np.ndarray, after: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rows = np.arange(x.shape[0])
-    b, a = x[rows, before][:, mask], x[rows, after][:, mask]
-    return (a & ~b).sum(1), (b & ~a).sum(1)
+def outcomes(rng: np.random.Generator, series: int, items: int, setting: str, kind: str = "flat",
+             checkpoints: int = CHECKPOINTS) -> np.ndarray:
+    """0/1 outcomes (series, items, checkpoints) under ``setting`` with the mean accuracy path ``kind``."""
+    kappa, rho, sd = DEPENDENCE[setting]
+    effect = step_effect(path(kind, checkpoints), kappa, rho, sd)
+    logit = _latent(rng, (series, items, checkpoints), kappa, rho, sd) + effect
+    return (rng.random(logit.shape) < 1 / (1 + np.exp(-logit))).astype(float)
 
 
-def new_rule(x: np.ndarray, seed: int = SELECTION_SEED) -> dict[str, np.ndarray]:
-    """The summary's test of each series (before Holm): peak on the selection half, one-sided
-    exact McNemar tests of the rise and the fall on the test half, p = the larger."""
-    s, c, n = x.shape
-    ids = item_ids(n)
-    selection, _ = split_items(ids, seed)
-    sel = np.array([i in selection for i in ids])
-    peak = x[:, :, sel].mean(2).argmax(1)  # argmax: the earliest of equal maxima, as choose_peak
-    first, final = np.zeros(s, int), np.full(s, c - 1)
-    up, back = _flips(x, first, peak, ~sel)
-    down_to_ctx, down = _flips(x, peak, final, ~sel)
-    p_rise = np.array([binomial_tail(int(g), int(lo)) for g, lo in zip(up, back)])
-    p_fall = np.array([binomial_tail(int(lo), int(g)) for g, lo in zip(down_to_ctx, down)])
-    return {"peak": peak, "p_rise": p_rise, "p_fall": p_fall, "p": np.maximum(p_rise, p_fall)}
+def split_half_p(x: np.ndarray, seed: int = 0) -> float:
+    """The rule before: peak chosen on a seeded half of the items, one-sided exact McNemar tests of
+    first -> peak and peak -> final on the other half, p = the larger."""
+    ids = list(range(x.shape[0]))
+    random.Random(seed).shuffle(ids)
+    sel, test = ids[:len(ids) // 2], ids[len(ids) // 2:]
+    peak = int(x[sel].mean(0).argmax())
+    if peak in (0, x.shape[1] - 1):
+        return 1.0
+    t = x[test]
+    rise, fall = t[:, peak] - t[:, 0], t[:, peak] - t[:, -1]
+    return max(binomial_tail(int((rise > 0).sum()), int((rise < 0).sum())),
+               binomial_tail(int((fall > 0).sum()), int((fall < 0).sum())))
 
 
-def old_rule(x: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
-    """The verdict before the split: the peak and both two-sided tests on all items."""
-    s, c, n = x.shape
-    peak = x.mean(2).argmax(1)
-    first, final, every = np.zeros(s, int), np.full(s, c - 1), np.ones(n, bool)
-    up, back = _flips(x, first, peak, every)
-    to_ctx, down = _flips(x, peak, final, every)
-    rises = np.array([g > lo and mcnemar_exact(int(g), int(lo)) < alpha for g, lo in zip(up, back)])
-    falls = np.array([lo > g and mcnemar_exact(int(g), int(lo)) < alpha for g, lo in zip(to_ctx, down)])
-    return rises & falls
+def test_all(x: np.ndarray, resamples: int) -> dict[str, np.ndarray]:
+    """Per series: the whole-series p, the fixed-peak p (peak declared at ``PEAK``), the split-half p."""
+    whole = [whole_series_test(s, resamples=resamples) for s in x]
+    return {"whole": np.array([w["p_inversion"] for w in whole]), "rise": np.array([w["p_rise"] for w in whole]),
+            "fixed": np.array([fixed_peak_test(s, PEAK)["p_inversion"] for s in x]),
+            "split": np.array([split_half_p(s) for s in x])}
 
 
-def simulate(rng: np.random.Generator, series: int, shape=None, effect=None, alpha: float = ALPHA,
-             chunk: int = 200) -> dict[str, np.ndarray]:
-    """``series`` series, each of a random (level, checkpoints, items) from the grids (or ``shape``);
-    ``effect(checkpoints)`` the logit shift (None: the null). Per series: the old verdict and the
-    new p before Holm."""
-    old, new, rise_p = [], [], []
-    done = 0
-    while done < series:
-        level, c, n = shape or (LEVELS[rng.integers(len(LEVELS))], CHECKPOINTS[rng.integers(len(CHECKPOINTS))],
-                                ITEMS[rng.integers(len(ITEMS))])
-        k = min(chunk if shape else 20, series - done)
-        x = outcomes(rng, k, c, n, level, None if effect is None else effect(c))
-        old.append(old_rule(x, alpha))
-        tested = new_rule(x)
-        new.append(tested["p"])
-        rise_p.append(tested["p_rise"])
-        done += k
-    return {"old": np.concatenate(old), "p": np.concatenate(new), "p_rise": np.concatenate(rise_p)}
-
-
-def per_sweep(flags_or_p: np.ndarray, alpha: float = ALPHA, size: int = SERIES_PER_SWEEP, holm_p: bool = True) -> float:
-    """The share of sweeps of ``size`` series that name an inversion anywhere (Holm-adjusted
-    p-values for the new rule, the old verdicts as they are)."""
-    sweeps = len(flags_or_p) // size
-    hits = 0
-    for i in range(sweeps):
-        part = flags_or_p[i * size:(i + 1) * size]
-        hits += any(p < alpha for p in holm(list(part))) if holm_p else bool(part.any())
-    return hits / sweeps
+def per_sweep(p: np.ndarray, alpha: float = ALPHA, size: int = SERIES_PER_SWEEP) -> float:
+    """The share of sweeps of ``size`` series that name an inversion anywhere after Holm."""
+    sweeps = len(p) // size
+    return sum(any(q < alpha for q in holm(list(p[i * size:(i + 1) * size]))) for i in range(sweeps)) / max(sweeps, 1)
 
 
 def band(alpha: float, n: int) -> float:
@@ -134,35 +129,67 @@ def band(alpha: float, n: int) -> float:
     return alpha + 3.1 * math.sqrt(alpha * (1 - alpha) / n)
 
 
+def settings_text(series: int, power_series: int, resamples: int, seed: int) -> str:
+    deps = "; ".join(f"{k}: kappa {v[0]:g}, AR(1) rho {v[1]:g}, sd {v[2]:g}" for k, v in DEPENDENCE.items())
+    return (f"Settings: {CHECKPOINTS} checkpoints, first accuracy {LEVEL}, planted rise {RISE} to checkpoint {PEAK} "
+            f"then fall {FALL} by the last; dependence settings ({deps}); alpha {ALPHA}; in a sweep: p < alpha / "
+            f"{SERIES_PER_SWEEP}; {series} series per null cell, {power_series} per power cell, {resamples} sign flips, "
+            f"seed {seed}.")
+
+
+BEGIN, END = "<!-- inversion_sim tables: begin -->", "<!-- inversion_sim tables: end -->"
+
+
+def write_tables(path: Path, text: str) -> None:
+    """Put ``text`` between the BEGIN and END markers of ``path`` (written to a temp file, then renamed)."""
+    doc = path.read_text(encoding="utf-8")
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} block to write the tables into; add one")
+    head, rest = doc.split(BEGIN, 1)
+    atomic_write(path, (head + BEGIN + "\n" + text.rstrip("\n") + "\n" + END + rest.split(END, 1)[1]).encode())
+
+
+def tables(series: int, power_series: int, resamples: int, seed: int) -> list[str]:
+    """The null and power tables, as markdown lines."""
+    out = [settings_text(series, power_series, resamples, seed), "",
+           "Null: the rate of \"inversion\" (per series at alpha; per sweep of 24 after Holm; 99.9% band up to "
+           f"{band(ALPHA, series):.3f} per series)", "",
+           "| dependence | null | items | whole series | per sweep | fixed peak | split half (before) |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for setting in DEPENDENCE:
+        for kind in ("flat", "rise_flat"):
+            for n in (40, 200):
+                rng = np.random.default_rng([seed, list(DEPENDENCE).index(setting), len(kind), n])
+                p = test_all(outcomes(rng, series, n, setting, kind), resamples)
+                out.append(f"| {setting} | {kind.replace('_', ' then ')} | {n} | {(p['whole'] < ALPHA).mean():.4f} | "
+                           f"{per_sweep(p['whole']):.3f} | {(p['fixed'] < ALPHA).mean():.4f} | "
+                           f"{(p['split'] < ALPHA).mean():.4f} |")
+    out += ["", f"Power: rise {RISE} then fall {FALL} (share of series called an inversion)", "",
+            "| dependence | items | whole series, alone | whole series, 1 of 24 | fixed peak, alone | fixed peak, 1 of 24 "
+            "| split half, alone | split half, 1 of 24 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for setting in DEPENDENCE:
+        for n in ITEMS:
+            rng = np.random.default_rng([seed, 100 + list(DEPENDENCE).index(setting), n])
+            p = test_all(outcomes(rng, power_series, n, setting, "rise_fall"), resamples)
+            cells = [f"{(p[k] < a).mean():.2f}" for k in ("whole", "fixed", "split") for a in (ALPHA, ALPHA / SERIES_PER_SWEEP)]
+            out.append(f"| {setting} | {n} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--series", type=int, default=4800)
+    parser.add_argument("--series", type=int, default=2400, help="series per null cell (a multiple of 24)")
+    parser.add_argument("--power_series", type=int, default=400)
+    parser.add_argument("--resamples", type=int, default=9999)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write", type=Path, default=None,
+                        help="also put the tables into this markdown file, between its marker comments")
     args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    for name, effect in (("null: outcomes independent of the step", None),
-                         ("null for the fall: a real rise, no fall", rise_only)):
-        sim = simulate(rng, args.series, effect=effect)
-        n = len(sim["p"])
-        print(f"{name} ({n} series, levels {LEVELS}, checkpoints {CHECKPOINTS}, items {ITEMS}, alpha {ALPHA})")
-        print(f"  per series:   old rule {sim['old'].mean():.4f}   new rule {(sim['p'] < ALPHA).mean():.4f}"
-              f"   (band up to {band(ALPHA, n):.4f})")
-        print(f"  per sweep of {SERIES_PER_SWEEP}: old rule {per_sweep(sim['old'], holm_p=False):.4f}   "
-              f"new rule (Holm) {per_sweep(sim['p']):.4f}   ({n // SERIES_PER_SWEEP} sweeps)")
-    print("\npower: rise to a peak at a third of 10 checkpoints and fall back; accuracy level 0.4; "
-          "400 series per cell")
-    print("| rise and fall (mean accuracy) | items | old rule | new, alone | new, 1 of 24 series (Holm) |")
-    print("|---|---|---|---|---|")
-    for size in (0.25, 0.5, 0.75, 1.0):
-        for n in (100, 250, 500, 1000):
-            effect = rise_and_fall(10, size)
-            x_rng = np.random.default_rng([args.seed, int(size * 100), n])
-            x = outcomes(x_rng, 400, 10, n, 0.4, effect)
-            change = x[:, 3].mean() - x[:, 0].mean()
-            tested = new_rule(x)
-            print(f"| {change:.3f} (logit {size}) | {n} | {old_rule(x).mean():.2f} | {(tested['p'] < ALPHA).mean():.2f} | "
-                  f"{(tested['p'] < ALPHA / SERIES_PER_SWEEP).mean():.2f} |")
+    text = "\n".join(tables(args.series, args.power_series, args.resamples, args.seed))
+    print(text)
+    if args.write:
+        write_tables(args.write, text)
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 

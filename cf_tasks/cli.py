@@ -16,7 +16,10 @@ from .errors import UsageError
 from .files import writable_dir
 
 ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
-              "significant fall")
+              "significant fall at one peak, Holm-adjusted across the summary's series")
+PEAK_STEP_HELP = ("test the rise (first -> peak) and the fall (peak -> final) at this checkpoint step, declared in "
+                  "advance (e.g. the peak of another run), on all items; default: the two-lines test over every "
+                  "checkpoint, the peak chosen inside its null")
 NO_KNOWLEDGE_HELP = ("skip the knowledge probe: by default each knowledge-conflict task's items are also asked "
                      "closed-book in the same pass, adding known_rate, known_counterfactual_acc, "
                      "known_parametric_acc and unknown_counterfactual_acc")
@@ -329,6 +332,16 @@ def _parse_alpha(text: str):
         raise UsageError(str(err)) from None
 
 
+def _parse_peak_step(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--peak_step {text!r} is not a whole number; pass the step of a checkpoint, "
+                         "e.g. --peak_step 200") from None
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import SweepConfig, SweepError, run_sweep, vllm_available
 
@@ -343,6 +356,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         device=args.device, tensor_parallel_size=args.tensor_parallel_size, model_args=args.model_args,
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
+        peak_step=_parse_peak_step(args.peak_step),
         knowledge=not args.no_knowledge, agree=not args.no_agree, attention=args.attention, quiet=args.quiet,
         timings=args.timings,
     )
@@ -366,10 +380,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.output_path is None and len(outs) > 1:
         raise UsageError(f"report would write the merged views into {outs[0]}, one of its inputs; pass "
                          f"--output_path NEW_FOLDER (or --output_path {outs[0]} to merge into it)")
-    alpha = _parse_alpha(args.alpha)
+    alpha, peak_step = _parse_alpha(args.alpha), _parse_peak_step(args.peak_step)
     try:
         report(outs, Path(args.output_path) if args.output_path else outs[0], alpha=alpha, items=args.items,
-               mixed_scorers=args.mixed_scorers)
+               mixed_scorers=args.mixed_scorers, peak_step=peak_step)
     except SweepError as err:
         raise UsageError(str(err)) from None
     except OSError as err:
@@ -572,6 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "minutes, is taken over sooner)")
     p.add_argument("--alpha", default="0.05",
                    help=ALPHA_HELP)
+    p.add_argument("--peak_step", default=None, help=PEAK_STEP_HELP)
     p.add_argument("--quiet", action="store_true",
                    help="print only failures and the closing line (no progress bars, no summary table)")
     p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)
@@ -590,6 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "them writes into it); with one folder, its own views are rewritten in place")
     p.add_argument("--alpha", default="0.05",
                    help=ALPHA_HELP)
+    p.add_argument("--peak_step", default=None, help=PEAK_STEP_HELP)
     p.add_argument("--items", action="store_true",
                    help="also write items.csv: one row per checkpoint x task x item with its outcome")
     p.add_argument("--mixed_scorers", action="store_true",

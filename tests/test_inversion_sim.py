@@ -1,14 +1,15 @@
-"""The inversion verdict keeps its promise: simulated series where nothing rises and falls name an
-inversion at most ``alpha`` of the time (per series, and per sweep after Holm), and the simulation's
-rule is the summary's own (same peak, same p-values as ``summarize_series`` on the same items)."""
+"""The inversion benchmark's simulation is the one the statistics guide describes (its planted paths
+and dependence settings hold), its verdict is the summary's own, and a sweep of flat series names
+an inversion at most ``alpha`` of the time after Holm."""
 
 from __future__ import annotations
-
 
 import numpy as np
 import pytest
 
-from cf_tasks.sweep.stats import ItemSource, binomial_tail, holm, split_items, summarize_series
+from cf_tasks.sweep.items import ItemSource
+from cf_tasks.sweep.stats import binomial_tail, holm, summarize_series
+from cf_tasks.sweep.ushape import whole_series_test
 
 ALPHA = 0.05
 
@@ -18,57 +19,73 @@ def sim(load_benchmark):
     return load_benchmark("inversion_sim")
 
 
-def test_under_the_null_the_rate_of_inversion_stays_within_alphas_band(sim):
-    """2,400 series of outcomes that do not depend on the step: accuracy levels 0.1-0.7, 5-50
-    checkpoints, 50-1,000 items. Each of the two one-sided tests alone, the per-series verdict and
-    the per-sweep verdict (100 sweeps of 24 series, Holm) stay within alpha's binomial band."""
-    result = sim.simulate(np.random.default_rng(1), 2400)
-    n = len(result["p"])
-    assert n == 2400
-    assert (result["p_rise"] < ALPHA).mean() <= sim.band(ALPHA, n)
-    assert (result["p"] < ALPHA).mean() <= sim.band(ALPHA, n)
-    assert sim.per_sweep(result["p"]) <= sim.band(ALPHA, n // sim.SERIES_PER_SWEEP)
+@pytest.mark.parametrize("setting", ["difficulty", "difficulty+persistence", "strong difficulty"])
+def test_the_simulated_series_follow_the_planted_paths(sim, setting):
+    for kind in ("flat", "rise_flat", "rise_fall"):
+        x = sim.outcomes(np.random.default_rng(0), 40, 500, setting, kind)
+        means = x.mean(1).mean(0)
+        assert means - means[0] == pytest.approx(sim.path(kind), abs=0.015), kind
+        assert means[0] == pytest.approx(sim.LEVEL, abs=0.015)
 
 
-def test_a_real_rise_without_a_fall_is_not_called_an_inversion_more_than_alpha(sim):
-    """The least favourable null of an intersection-union test: the rise is real, so the verdict
-    rests on the fall test alone. The old rule (peak and tests on the same items) fails here."""
-    result = sim.simulate(np.random.default_rng(2), 2400, effect=sim.rise_only)
-    n = len(result["p"])
-    assert (result["p"] < ALPHA).mean() <= sim.band(ALPHA, n)
-    assert result["old"].mean() > sim.band(ALPHA, n)  # the peak chosen on the tested items: biased
+def test_items_are_correlated_across_checkpoints_and_persistence_adds_to_it(sim):
+    def neighbour_correlation(setting):
+        x = sim.outcomes(np.random.default_rng(1), 20, 500, setting)
+        return np.mean([np.corrcoef(s[:, 4], s[:, 5])[0, 1] for s in x])
+
+    difficulty, persistent = neighbour_correlation("difficulty"), neighbour_correlation("difficulty+persistence")
+    assert 0.1 < difficulty < persistent
 
 
-def test_a_planted_rise_and_fall_is_found(sim):
-    x = sim.outcomes(np.random.default_rng(3), 200, 10, 500, 0.4, sim.rise_and_fall(10, 1.0))
-    assert (sim.new_rule(x)["p"] < ALPHA).mean() > 0.9
+def test_a_flat_sweep_names_an_inversion_at_most_alpha_of_the_time(sim):
+    """20 sweeps of 24 flat series (40 items, 10 checkpoints) and the per-sweep Holm rule: none may
+    name an inversion beyond the binomial band of alpha over 20 sweeps (here: at most 3)."""
+    x = sim.outcomes(np.random.default_rng(2), 480, 40, "difficulty")
+    p = np.array([whole_series_test(s, resamples=499)["p_inversion"] for s in x])
+    assert sim.per_sweep(p) <= sim.band(ALPHA, 20)
+    assert (p < ALPHA).mean() <= sim.band(ALPHA, len(p))
+
+
+def test_per_sweep_counts_a_sweep_once_holm_adjusted(sim):
+    p = np.array([0.5] * 24 + [0.001] + [0.5] * 23 + [0.003] * 24)
+    # sweep 1: nothing; sweep 2: 0.001 * 24 = 0.024 < 0.05; sweep 3: 24 ties of 0.003 -> 0.072
+    assert sim.per_sweep(p) == pytest.approx(1 / 3)
 
 
 class _Items(ItemSource):
-    """Per-item outcomes held in memory: {checkpoint id: {item id: right}}."""
+    """Per-item values held in memory: {checkpoint id: {item id: value}}."""
 
-    def __init__(self, by_id: dict[str, dict[str, bool]]):
+    def __init__(self, by_id: dict[str, dict[str, float]]):
         super().__init__([])
         self.by_id = by_id
 
-    def correct(self, checkpoint_id, task, settings, metric):
+    def values(self, checkpoint_id, task, settings, metric):
         return self.by_id.get(checkpoint_id)
 
 
-def test_the_simulated_rule_is_the_summarys_rule(sim):
-    x = sim.outcomes(np.random.default_rng(4), 12, 7, 60, 0.5, sim.rise_and_fall(7, 0.8))
-    tested = sim.new_rule(x)
-    ids = sim.item_ids(x.shape[2])
-    for s in range(x.shape[0]):
-        by_id = {f"c{t}": {i: bool(v) for i, v in zip(ids, x[s, t])} for t in range(x.shape[1])}
-        points = [{"task": "cf_bio", "step": 10 * t, "checkpoint": f"checkpoint-{t}", "checkpoint_id": f"c{t}",
-                   "settings": "h", "value": float(x[s, t].mean())} for t in range(x.shape[1])]
+def test_the_simulated_test_is_the_summarys_test(sim):
+    x = sim.outcomes(np.random.default_rng(4), 6, 60, "difficulty", "rise_fall", checkpoints=7)
+    ids = [f"item-{i:03d}" for i in range(x.shape[1])]
+    for s in x:
+        expected = whole_series_test(s)
+        by_id = {f"c{t}": dict(zip(ids, s[:, t])) for t in range(s.shape[1])}
+        points = [{"task": "cf_bio", "metric": "counterfactual_acc", "step": 10 * t, "checkpoint": f"checkpoint-{t}",
+                   "checkpoint_id": f"c{t}", "settings": "h", "value": float(s[:, t].mean())} for t in range(s.shape[1])]
         row = summarize_series(points, _Items(by_id), ALPHA)
-        assert row["peak_step"] == 10 * tested["peak"][s]
+        assert row["peak_step"] == 10 * expected["peak"] and row["n_items"] == 60
         assert (row["p_rise"], row["p_fall"], row["p_inversion"]) == pytest.approx(
-            (tested["p_rise"][s], tested["p_fall"][s], tested["p"][s]))
-        assert row["n_selection_items"] + row["n_test_items"] == 60 and row["selection_seed"] == 0
+            (expected["p_rise"], expected["p_fall"], expected["p_inversion"]))
         assert row["inversion"] == (row["p_inversion"] < ALPHA)
+        assert row["rise"] == pytest.approx(s[:, expected["peak"]].mean() - s[:, 0].mean())
+        assert row["rise_ci_low"] <= row["rise"] <= row["rise_ci_high"]
+
+
+def test_the_split_half_rule_of_before_is_the_one_documented(sim):
+    """The benchmark's comparison column: the peak on a seeded half, McNemar on the other half."""
+    x = np.zeros((10, 3))
+    x[:, 1] = 1  # every item rises then falls
+    assert sim.split_half_p(x) == pytest.approx(binomial_tail(5, 0))
+    assert sim.split_half_p(np.ones((10, 3))) == 1.0
 
 
 def test_holm_equals_a_hand_computation():
@@ -85,9 +102,18 @@ def test_one_sided_binomial_tail_equals_scipy():
         assert binomial_tail(k, n - k) == pytest.approx(expected, rel=1e-12)
 
 
-def test_the_split_is_seeded_disjoint_and_half():
-    ids = [f"x{i}" for i in range(101)]
-    selection, test = split_items(ids, 0)
-    assert (selection, test) == split_items(reversed(ids), 0)  # the order the items come in does not matter
-    assert not selection & test and selection | test == set(ids) and (len(selection), len(test)) == (50, 51)
-    assert split_items(ids, 1) != (selection, test)
+def test_the_benchmark_writes_its_tables_between_the_guides_markers(sim, tmp_path, monkeypatch):
+    monkeypatch.setattr(sim, "SOLVE_ITEMS", 20_000)  # a coarser solve of the step effect: this checks the tables' form
+    lines = sim.tables(24, 2, 99, 0)
+    assert lines[0].startswith("Settings: 10 checkpoints") and "kappa 4, AR(1) rho 0.9" in lines[0]
+    assert sum(line.startswith("| difficulty") for line in lines) == 4 + 4 + 8  # null cells, power cells
+    doc = tmp_path / "guide.md"
+    doc.write_text(f"intro\n{sim.BEGIN}\nold table\n{sim.END}\noutro\n")
+    sim.write_tables(doc, "\n".join(lines))
+    text = doc.read_text()
+    assert text.startswith(f"intro\n{sim.BEGIN}\nSettings: ") and text.endswith(f"{sim.END}\noutro\n")
+    assert "old table" not in text and text.count("| dependence |") == 2
+    doc.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no <!-- inversion_sim tables: begin -->"):
+        sim.write_tables(doc, "x")
+    assert doc.read_text() == "no markers\n"

@@ -15,8 +15,8 @@ import pytest
 
 from cf_tasks.cli import main
 from cf_tasks.sweep import SweepConfig, rebuild_views, run_sweep, store
-from cf_tasks.sweep.stats import (BOOTSTRAP_RESAMPLES, ITEM_COLUMNS, SELECTION_SEED, SUMMARY_COLUMNS, bootstrap_change,
-                                  holm, mcnemar_exact, outcome, paired_change, split_items)
+from cf_tasks.sweep.stats import (BOOTSTRAP_RESAMPLES, ITEM_COLUMNS, SUMMARY_COLUMNS, WHOLE_SERIES, bootstrap_change,
+                                  holm, mcnemar_exact, outcome, paired_change, whole_series_test)
 from tiny_model import build_full_checkpoint
 
 QUIET = dict(log=lambda *a, **k: None)
@@ -127,40 +127,43 @@ def _put(out, step, task, samples, limit=None, run=RUN):
     return samples
 
 
-def _hand(by_step):
-    """The summary of one series computed from its samples without cf_tasks' tests: {step: samples}.
-    The peak is the earliest highest accuracy on the selection half of the items; the tests use the
-    other half."""
+def _hand(by_step, peak_step=None):
+    """The summary of one series computed from its samples: {step: samples}. The items are those
+    present at every step; the peak is the two-lines test's (tested on its own in test_ushape.py),
+    or ``peak_step``, where the one-sided p-values are scipy's exact binomial tests on the flips."""
     from scipy.stats import binomtest
 
     steps = sorted(by_step)
-    selection, test = split_items({x["doc"]["id"] for s in steps for x in by_step[s]}, SELECTION_SEED)
-    acc = {s: float(np.mean([x["counterfactual_acc"] for x in by_step[s]])) for s in steps}
-    chosen = {s: float(np.mean([x["counterfactual_acc"] for x in by_step[s] if x["doc"]["id"] in selection]))
-              for s in steps}
-    peak = min((s for s in steps if chosen[s] == max(chosen.values())))  # ties: the earliest
+    right = {s: {x["doc"]["id"]: x["counterfactual_acc"] == 1.0 for x in by_step[s]} for s in steps}
+    ids = sorted(set.intersection(*(set(r) for r in right.values())))
+    table = [[float(right[s][i]) for s in steps] for i in ids]
+    acc = {s: float(np.mean([right[s][i] for i in ids])) for s in steps}
+    if peak_step is None:
+        test = whole_series_test(table)
+        peak = steps[test["peak"]]
+    else:
+        peak = peak_step
     first, final = steps[0], steps[-1]
 
-    def right(step):
-        return {x["doc"]["id"]: x["counterfactual_acc"] == 1.0 for x in by_step[step] if x["doc"]["id"] in test}
-
     def flips(a, b):
-        a, b = right(a), right(b)
-        common = a.keys() & b.keys()
-        to_context = sum(1 for i in common if b[i] and not a[i])
-        to_parametric = sum(1 for i in common if a[i] and not b[i])
+        to_context = sum(1 for i in ids if right[b][i] and not right[a][i])
+        to_parametric = sum(1 for i in ids if right[a][i] and not right[b][i])
         n = to_context + to_parametric
         up = binomtest(to_context, n, alternative="greater").pvalue if n else 1.0
         down = binomtest(to_parametric, n, alternative="greater").pvalue if n else 1.0
-        return to_context, to_parametric, (binomtest(to_context, n).pvalue if n else 1.0), len(common), up, down
+        return to_context, to_parametric, (binomtest(to_context, n).pvalue if n else 1.0), len(ids), up, down
 
     fall, rise = flips(peak, final), flips(first, peak)
-    return {"first_step": first, "peak_step": peak, "final_step": final, "drop": acc[peak] - acc[final],
+    hand = {"first_step": first, "peak_step": peak, "final_step": final, "drop": acc[peak] - acc[final],
             "rise": acc[peak] - acc[first], "flips_to_context": fall[0], "flips_to_parametric": fall[1],
             "mcnemar_p": fall[2], "n_pairs": fall[3], "rise_flips_to_context": rise[0],
             "rise_flips_to_parametric": rise[1], "rise_mcnemar_p": rise[2], "rise_n_pairs": rise[3],
-            "n_selection_items": len(selection), "n_test_items": len(test), "p_rise": rise[4], "p_fall": fall[5],
-            "p_inversion": max(rise[4], fall[5])}
+            "n_items": len(ids), "first": acc[first], "peak": acc[peak], "final": acc[final]}
+    if peak_step is None:
+        hand.update(p_rise=test["p_rise"], p_fall=test["p_fall"], p_inversion=test["p_inversion"])
+    else:
+        hand.update(p_rise=rise[4], p_fall=fall[5], p_inversion=max(rise[4], fall[5]))
+    return hand
 
 
 def _check(row, hand):
@@ -206,21 +209,26 @@ def test_summary_rows_equal_a_hand_computation_from_the_samples(fake_store):
         assert rows.loc[task, "drop_ci_low"] <= rows.loc[task, "drop"] <= rows.loc[task, "drop_ci_high"]
         assert rows.loc[task, "rise_ci_low"] <= rows.loc[task, "rise"] <= rows.loc[task, "rise_ci_high"]
     bio, capitals, quotes = rows.loc["cf_bio"], rows.loc["cf_capitals"], rows.loc["cf_quotes"]
-    _, test = split_items({f"cf_bio-{i:03d}" for i in range(N)}, SELECTION_SEED)
-    tested = {int(i[-3:]) for i in test}
-    assert (bio["peak_step"], bio["flips_to_parametric"], bio["flips_to_context"]) == (
-        200, len(tested & set(range(20, 60))), len(tested & {70, 71, 72, 73}))
+    assert (bio["peak_step"], bio["flips_to_parametric"], bio["flips_to_context"]) == (200, 40, 4)
+    assert (frame["design"] == WHOLE_SERIES).all() and (frame["metric"] == "counterfactual_acc").all()
     # Holm over the three tested series: the adjusted p of each from the three p_inversion values
     assert frame["p_holm"].tolist() == pytest.approx(holm(frame["p_inversion"].tolist()))
-    assert (frame["n_series_tested"] == 3).all() and (frame["selection_seed"] == SELECTION_SEED).all()
+    assert (frame["n_series_tested"] == 3).all()
     assert bio["p_holm"] < 0.05 and bio["p_holm"] >= bio["p_inversion"]
-    assert bool(bio["inversion"]) and bio["verdict"].startswith("inversion") and "cf_bio_agree holds" in bio["verdict"]
+    assert bool(bio["inversion"]) and bio["verdict"].startswith("inversion (Holm p=") and "cf_bio_agree holds" in bio["verdict"]
     assert bio["agree_task"] == "cf_bio_agree" and bio["agree_mcnemar_p"] > 0.05
     assert not capitals["inversion"] and capitals["verdict"].startswith("loss of reading")
     assert capitals["agree_drop"] == pytest.approx((36 - 12) / N) and capitals["agree_mcnemar_p"] < 0.05
-    assert quotes["n_pairs"] == quotes["n_test_items"] - ("cf_quotes-000" in split_items(  # item 0 missing at 400
-        {f"cf_quotes-{i:03d}" for i in range(N)}, SELECTION_SEED)[1])
-    assert not quotes["inversion"] and quotes["verdict"].startswith("rise and fall not significant (rise p=")
+    assert quotes["n_items"] == N - 1 and quotes["n_pairs"] == N - 1  # item 0 missing at 400: left out everywhere
+    assert not quotes["inversion"] and quotes["verdict"].startswith("no inversion shown (Holm p=")
+    # what "no inversion shown" could have seen: the fall detectable at 80% power among three series
+    from cf_tasks.sweep.stats import min_detectable_fall
+
+    assert quotes["min_detectable_fall"] == pytest.approx(min_detectable_fall(N - 1, quotes["peak"], 0.05 / 3))
+    assert f"under {quotes['min_detectable_fall']:.3f} could not be seen (80% power, {N - 1} items)" in quotes["verdict"]
+    # one promise per word: no verdict claims significance except through Holm's p
+    assert not any("significant" in v for v in frame["verdict"])
+    assert all("unadjusted: rise p=" in v for v in frame["verdict"])
     assert math.isnan(quotes["agree_mcnemar_p"])  # no cf_quotes_agree rows
     # the same store, reported at a level that the cf_bio fall (Holm p ~ 1e-5) does not reach
     assert main(["report", str(out), "--alpha", "1e-6"]) == 0
@@ -229,34 +237,72 @@ def test_summary_rows_equal_a_hand_computation_from_the_samples(fake_store):
     assert strict.loc["cf_bio", "mcnemar_p"] == bio["mcnemar_p"]  # the tests do not move; the verdict does
 
 
+def test_a_peak_step_declared_in_advance_equals_a_hand_computation(fake_store, tmp_path, capsys):
+    out, series = fake_store
+    rebuild_views(out)
+    assert main(["report", str(out), "--peak_step", "300"]) == 0
+    frame = pd.read_csv(out / "summary.csv").set_index("series")
+    for task, by_step in series.items():
+        _check(frame.loc[task], _hand(by_step, peak_step=300))
+        assert frame.loc[task, "design"] == "fixed peak at step 300 (declared in advance)"
+    capsys.readouterr()
+    before = (out / "summary.csv").read_bytes()
+    for bad, shown in (("250", "--peak_step 250: not the step of a checkpoint"), ("100", "--peak_step 100: not the"),
+                       ("400", "--peak_step 400: not the"), ("x", "--peak_step 'x' is not a whole number")):
+        assert main(["report", str(out), "--peak_step", bad]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"cf-tasks: error: {shown}"), lines
+        if bad != "x":
+            assert "pass one of: 200, 300" in lines[0]
+    assert (out / "summary.csv").read_bytes() == before  # nothing written
+
+
+def test_a_peak_step_not_in_the_run_stops_the_sweep_before_any_model_loads(tmp_path, capsys):
+    import cf_tasks.sweep.plan as plan
+
+    run = tmp_path / "run"
+    for step in (10, 20, 30):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+    with mock.patch.object(plan, "make_backend", autospec=True) as make:
+        assert main(["sweep", str(run), "--output_path", str(tmp_path / "out"), "--peak_step", "25"]) == 2
+        make.assert_not_called()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["cf-tasks: error: --peak_step 25: not the step of a checkpoint between the sweep's first and last "
+                     "(steps: 10, 20, 30); pass one of: 20"]
+
+
 def test_series_of_other_settings_or_run_folders_are_never_paired(tmp_path):
     pytest.importorskip("scipy")
     out = tmp_path / "out"
     a = {s: _put(out, s, "cf_bio", _samples("cf_bio", set(range(k)))) for s, k in ((1, 5), (2, 30), (3, 6))}
     b = {s: _put(out, s, "cf_bio", _samples("cf_bio", set(range(k)), ids=range(20)), limit=20)
          for s, k in ((1, 1), (2, 2), (3, 19))}
-    c = {s: _put(out, s, "cf_bio", _samples("cf_bio", set(range(k))), run="/runs/other") for s, k in ((1, 3), (2, 3))}
+    _put(out, 1, "cf_bio", _samples("cf_bio", set(range(3))), run="/runs/other")
+    _put(out, 2, "cf_bio", _samples("cf_bio", set(range(3))), run="/runs/other")
     rebuild_views(out)
     frame = pd.read_csv(out / "summary.csv")
     assert len(frame) == 3 and frame["series"].is_unique
-    for hand in (_hand(a), _hand(b), _hand(c)):
+    for hand in (_hand(a), _hand(b)):
         matches = [r for _, r in frame.iterrows() if all(r[k] == pytest.approx(v) for k, v in hand.items())]
         assert len(matches) == 1, hand
     two = frame[frame["run"] == "/runs/other"].iloc[0]
-    assert two["n_checkpoints"] == 2 and not two["inversion"]  # two checkpoints: peak first, no rise
+    assert two["n_checkpoints"] == 2 and not two["inversion"] and math.isnan(two["p_inversion"])
+    assert two["verdict"] == "2 checkpoint(s): an inverted U needs three or more"
+    assert (frame["n_series_tested"].dropna() == 2).all()  # the untested series is not in Holm's family
 
 
 def test_one_checkpoint_and_missing_samples_are_said_in_words(tmp_path):
     out = tmp_path / "out"
     _put(out, 1, "cf_bio", _samples("cf_bio", {1, 2}))
     summary = rebuild_views(out)
-    assert summary["cf_bio"]["verdict"] == "one checkpoint: nothing to compare"
+    assert summary["cf_bio"]["verdict"] == "1 checkpoint(s): an inverted U needs three or more"
     _put(out, 2, "cf_bio", _samples("cf_bio", {1}))
+    _put(out, 3, "cf_bio", _samples("cf_bio", {1, 4}))
     for f in (out / "store").glob("*/cf_bio/*/samples_cf_bio.jsonl"):
-        if f.parts[-4].endswith("-2"):
+        if f.parts[-4].endswith("-3"):
             f.unlink()
     s = rebuild_views(out)["cf_bio"]
-    assert s["verdict"].startswith("no per-item samples at step 2") and s["mcnemar_p"] is None and not s["inversion"]
+    assert s["verdict"].startswith("no per-item samples at step 3") and s["mcnemar_p"] is None and not s["inversion"]
 
 
 def test_report_items_writes_one_row_per_checkpoint_task_and_item(fake_store, tmp_path):
@@ -343,6 +389,10 @@ def test_a_sweep_of_the_tiny_model_keeps_every_checkpoints_samples_and_summarise
     row = pd.read_csv(out / "summary.csv").set_index("series").loc["cf_quotes"]
     _check(row, _hand(by_step))
     assert row["alpha"] == 0.2
+    # the _mc task: its graded context_prob (M_C) tested per item over the same three checkpoints
+    graded = pd.read_csv(out / "summary.csv").set_index("series").loc["cf_capitals_mc"]
+    assert graded["metric"] == "context_prob" and graded["n_items"] == 4 and graded["design"] == WHOLE_SERIES
+    assert 0 <= graded["p_inversion"] <= 1 and math.isnan(graded["mcnemar_p"])  # no McNemar on graded values
     assert main(["report", str(out), "--items"]) == 0
     items = pd.read_csv(out / "items.csv")
     assert list(items.columns) == list(ITEM_COLUMNS) and len(items) == 3 * (4 + 4)

@@ -111,7 +111,7 @@ def test_the_plot_says_run_limit_n_and_what_the_error_bars_are(swept):
     label_series(rows)
     caption = _caption(rows)
     assert f"run {swept.run_dir.name}" in caption and "--limit 3" in caption
-    assert "95% interval (value \u00b1 1.96 standard errors)" in caption
+    assert "error bars: 95% Wilson interval over the n items" in caption
     assert _n_text(rows, TASK, "counterfactual_acc") == "n=3"
 
 

@@ -107,6 +107,19 @@ def check_output_folder(out: Path) -> None:
         raise SweepError(f"--output_path {out}: {existing} is not writable; pass a writable folder")
 
 
+def check_peak_step_planned(cfg: SweepConfig, run_dir: Path) -> None:
+    """``--peak_step``: the step of a checkpoint the sweep scores, neither its first nor its last (a
+    SweepError of one line before any model loads). With --watch it is checked by each summary."""
+    if cfg.peak_step is None:
+        return
+    found = discover(run_dir, cfg.base)
+    base = _base_checkpoint(cfg, found) if cfg.include_base else None
+    steps = sorted({c.step for c in found} | ({base.step} if base else set()))
+    if cfg.peak_step not in steps[1:-1]:
+        raise SweepError(f"--peak_step {cfg.peak_step}: not the step of a checkpoint between the sweep's first and "
+                         f"last (steps: {', '.join(map(str, steps))}); pass one of: {', '.join(map(str, steps[1:-1])) or 'none'}")
+
+
 def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
     """The checks that need no model and no task index: one SweepError (one line) each. Returns the
     run folder, the output folder and the model arguments of every model the sweep loads
@@ -401,6 +414,8 @@ class SweepRun:
             listed = f"; {count} skipped name(s) listed above" if count else ""
             raise SweepError(f"{self.run_dir}: no checkpoint folders ({NAME_FORMS}){listed}; "
                              "point RUN_DIR at the training output folder")
+        if not cfg.watch:
+            check_peak_step_planned(cfg, self.run_dir)
         with phase("task index"):
             from ..evaluate import needs_builtin_tasks
             from ..registry import task_manager
@@ -571,7 +586,7 @@ class SweepRun:
     def rebuild_views(self) -> dict:
         """sweep.csv, sweep.json, the plot, the summary and the manifest from the store; returns the summary."""
         with self.timings.phase("views"):
-            summary = rebuild_views(self.out, alpha=self.cfg.alpha)
+            summary = rebuild_views(self.out, alpha=self.cfg.alpha, peak_step=self.cfg.peak_step)
         self.views_stale, self.views_at = False, time.monotonic()
         return summary
 

@@ -1,57 +1,59 @@
-"""Paired statistics across checkpoints, and the per-item table.
+"""Paired statistics across checkpoints, the per-series summary, and the per-item table.
 
-The rise and fall of ``counterfactual_acc`` over fine-tuning (the paper's Figures 2-5) are read from
-the same items at two checkpoints, so they are tested as paired outcomes, as the published
-replication of the paper does: an exact McNemar test on the items that flipped between the two
-checkpoints, and a paired bootstrap interval of the change (items resampled with replacement).
+The rise and fall of ``counterfactual_acc`` over fine-tuning ("Context-Parametric Inversion: Why
+Instruction Finetuning May Not Actually Improve Context Reliance", Goyal et al., Figures 2-5) are
+read from the same items at every checkpoint, so they are tested with items as the unit
+(``ushape``): by default the two-lines test over the whole series, every item and every checkpoint,
+with the peak's choice inside its sign-flip null; with ``--peak_step`` a peak declared in advance,
+the rise (first -> peak) and the fall (peak -> final) tested one-sided on all items. Where the
+``_mc`` tasks ran, the same test runs on the graded ``context_prob`` (the ratio M_C) per item.
 
-A verdict that keeps its promise: the peak is the highest of many noisy accuracies, so testing
-first -> peak and peak -> final on the items that chose the peak finds a rise and a fall where there
-is none. Each series' items are therefore split in two halves by a seeded shuffle of their ids
-(``SELECTION_SEED``): the peak is chosen on the selection half, and the rise (first -> peak) and the
-fall (peak -> final) are tested on the other half, whose outcomes played no part in the choice.
-"Inversion" is an intersection-union test: the one-sided p of the rise and of the fall must both be
-small, and the series' p is the larger of the two (``p_inversion``). Across the series of one
-summary (one sweep or report) the p-values are adjusted by Holm's step-down method (``p_holm``),
-so that the chance of naming an inversion anywhere in a sweep where nothing rises and falls stays
-at most ``alpha``. Where the task's agreeing twin ``<dataset>_agree`` was scored at the peak and
-final checkpoints and its ``agree_acc`` falls significantly too, the verdict is a loss of reading
-instead (a veto: it can only lower the rate of "inversion").
+"Inversion" is an intersection-union test (the rise and the fall must both be small at one peak;
+``p_inversion``); across the series of one summary (one sweep or report) the p-values are adjusted
+by Holm's step-down method (``p_holm``), and "inversion" is the only word of the verdict that claims
+significance: the rise's and the fall's own p-values are printed as unadjusted. Beside each verdict
+is the smallest fall the series could have shown at 80% power (``min_detectable_fall``). Where the
+task's agreeing twin ``<dataset>_agree`` was scored at the peak and final checkpoints and its
+``agree_acc`` falls too, an inversion is called a loss of reading instead (a veto: it can only lower
+the rate of "inversion"). The estimates (``rise``, ``drop``) and their bootstrap intervals come from
+the items the test used.
 
 Per-item outcomes come from the lm-eval samples that the store keeps for every checkpoint
 (``store/<checkpoint id>/<task>/<settings>/samples_<task>.jsonl``); items are paired by the doc's
-``id`` field. Only numbers from the standard library and numpy (a pandas dependency) are used.
+``id`` field. The statistics guide (docs/statistics.md) gives the tests' calibration and power.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 from pathlib import Path
 
 from ..known import AGREE_METRIC
 from ..registry import twin_name, twin_of
 from .config import SweepError
+from .items import ITEM_COLUMNS, OUTCOMES, ItemSource, item_rows, outcome, read_samples  # noqa: F401 (this module's API)
+from .ushape import (binomial_tail, bootstrap_interval, fixed_peak_test, min_detectable_fall, whole_series_test,
+                     wilson_interval)
+
+__all__ = ["fixed_peak_test", "min_detectable_fall", "wilson_interval", "whole_series_test", "binomial_tail",
+           "holm", "mcnemar_exact", "paired_change", "summarize", "format_summary", "item_rows", "check_alpha"]
 
 ALPHA = 0.05
+POWER = 0.8  # the power of the smallest detectable fall printed beside each verdict
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0  # every comparison draws from its own generator with this seed: order-independent
-SELECTION_SEED = 0  # the shuffle of item ids that splits a series' items into selection and test halves
 METRIC = "counterfactual_acc"
-OUTCOMES = ("counterfactual", "parametric", "both", "neither")
-KNOWN_KEYS = ("known", "known_rate")  # a sample's per-item value of the knowledge probe, where present
-ATTENTION_KEY = "context_attention"
+GRADED_METRIC = "context_prob"  # the _mc tasks' per-item M_C, tested where those tasks ran
+WHOLE_SERIES = "whole series (two lines, peak chosen inside the null)"
 SUMMARY_COLUMNS = (
-    "series", "task", "run", "settings", "n_checkpoints", "first_step", "peak_step", "final_step", "first", "peak",
-    "final", "rise", "rise_ci_low", "rise_ci_high", "rise_mcnemar_p", "rise_flips_to_context",
+    "series", "task", "metric", "run", "settings", "n_checkpoints", "first_step", "peak_step", "final_step", "first",
+    "peak", "final", "rise", "rise_ci_low", "rise_ci_high", "rise_mcnemar_p", "rise_flips_to_context",
     "rise_flips_to_parametric", "rise_n_pairs", "drop", "drop_ci_low", "drop_ci_high", "mcnemar_p",
     "flips_to_context", "flips_to_parametric", "n_pairs", "agree_task", "agree_peak", "agree_final", "agree_drop",
-    "agree_mcnemar_p", "selection_seed", "n_selection_items", "n_test_items", "p_rise", "p_fall", "p_inversion",
-    "n_series_tested", "p_holm", "alpha", "inversion", "verdict",
+    "agree_mcnemar_p", "design", "n_items", "p_rise", "p_fall", "p_inversion", "n_series_tested", "p_holm", "alpha",
+    "min_detectable_fall", "inversion", "verdict",
 )
-ITEM_COLUMNS = ("checkpoint", "step", "task", "item_id", "relation", "outcome", "known", "context_attention", "run",
-                "settings", "checkpoint_id")
 
 
 # ---------------------------------------------------------------- arguments
@@ -77,16 +79,6 @@ def mcnemar_exact(to_context: int, to_parametric: int) -> float:
     return min(1.0, 2 * tail / 2**n)  # exact big-integer division, correctly rounded
 
 
-def binomial_tail(successes: int, failures: int) -> float:
-    """One-sided exact McNemar test: the probability of ``successes`` or more successes among
-    ``successes + failures`` discordant pairs at p = 1/2. No discordant pair gives 1."""
-    n = successes + failures
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(successes, n + 1))
-    return min(1.0, tail / 2**n)
-
-
 def holm(pvalues: list[float]) -> list[float]:
     """Holm's step-down adjustment of ``pvalues`` (family-wise error rate at most alpha under any
     dependence between the tests): the k-th smallest p times (m - k + 1), made monotone, capped at 1."""
@@ -97,29 +89,6 @@ def holm(pvalues: list[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         adjusted[i] = running
     return adjusted
-
-
-def split_items(item_ids, seed: int = SELECTION_SEED) -> tuple[set[str], set[str]]:
-    """The selection half and the test half of a series' items: the sorted ids shuffled by
-    ``random.Random(seed)``; the first ``len // 2`` select the peak, the rest test it."""
-    ordered = sorted(set(item_ids))
-    random.Random(seed).shuffle(ordered)
-    half = len(ordered) // 2
-    return set(ordered[:half]), set(ordered[half:])
-
-
-def choose_peak(corrects: list[dict[str, bool] | None], selection: set[str]) -> int:
-    """The index of the checkpoint with the highest accuracy on the ``selection`` items it scored
-    (ties: the earliest); checkpoints without per-item outcomes are not candidates."""
-    best, best_acc = 0, -1.0
-    for i, correct in enumerate(corrects):
-        if correct is None:
-            continue
-        chosen = [correct[k] for k in selection if k in correct]
-        acc = sum(chosen) / len(chosen) if chosen else -1.0
-        if acc > best_acc:
-            best, best_acc = i, acc
-    return best
 
 
 def bootstrap_change(gains: int, losses: int, n: int, resamples: int = BOOTSTRAP_RESAMPLES,
@@ -148,92 +117,10 @@ def paired_change(before: dict[str, bool], after: dict[str, bool], resamples: in
     gains = sum(1 for i in common if after[i] and not before[i])
     losses = sum(1 for i in common if before[i] and not after[i])
     n = len(common)
-    low, high = bootstrap_change(gains, losses, n, resamples, seed)
+    low, high = bootstrap_change(gains, losses, n, resamples, seed) if resamples else (math.nan, math.nan)
     return {"n": n, "to_context": gains, "to_parametric": losses, "p": mcnemar_exact(gains, losses),
             "p_up": binomial_tail(gains, losses), "p_down": binomial_tail(losses, gains),
             "change": (gains - losses) / n if n else math.nan, "ci_low": low, "ci_high": high}
-
-
-# ---------------------------------------------------------------- per-item outcomes
-def outcome(sample: dict) -> str | None:
-    """counterfactual / parametric / both / neither: which answer an item's output gives.
-    Generation tasks: from ``counterfactual_acc`` and ``parametric_acc``; ``_mc`` tasks: the
-    likelier choice; ``_agree`` twins (one true answer, stated by the passage): ``both`` when
-    given, else ``neither``. None for other tasks."""
-    if "counterfactual_acc" in sample and "parametric_acc" in sample:
-        cf, pa = bool(sample["counterfactual_acc"]), bool(sample["parametric_acc"])
-        return OUTCOMES[[cf and not pa, pa and not cf, cf and pa, True].index(True)]
-    if "context_prob" in sample and "acc" in sample:
-        return "counterfactual" if sample["acc"] else "parametric"
-    if AGREE_METRIC in sample:
-        return "both" if sample[AGREE_METRIC] else "neither"
-    return None
-
-
-def item_id(sample: dict) -> str:
-    doc = sample.get("doc") or {}
-    return str(doc["id"]) if isinstance(doc, dict) and doc.get("id") is not None else f"doc{sample.get('doc_id')}"
-
-
-def _known(sample: dict):
-    for key in KNOWN_KEYS:
-        if sample.get(key) is not None:
-            return bool(sample[key])
-    return None
-
-
-def read_samples(path: Path) -> list[dict]:
-    """One record per item (the first sample of each item id) of a samples_<task>.jsonl."""
-    items, seen = [], set()
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            sample = json.loads(line)
-            iid = item_id(sample)
-            if iid in seen:
-                continue
-            seen.add(iid)
-            doc = sample.get("doc") if isinstance(sample.get("doc"), dict) else {}
-            items.append({"item_id": iid, "relation": doc.get("relation"), "outcome": outcome(sample),
-                          "known": _known(sample), "context_attention": sample.get(ATTENTION_KEY),
-                          "values": {k: v for k, v in sample.items() if isinstance(v, (int, float)) and k != "doc_id"
-                                     and not math.isnan(v)}})
-    return items
-
-
-class ItemSource:
-    """The samples of every result in the stores of some output folders, read once each."""
-
-    def __init__(self, outs: list[Path]):
-        self.outs = list(dict.fromkeys(Path(o) for o in outs))
-        self.cache: dict[tuple, list[dict] | None] = {}
-
-    def path(self, checkpoint_id: str | None, task: str, settings: str | None) -> Path | None:
-        if not checkpoint_id or not settings:
-            return None
-        from .store import STORE
-
-        for out in self.outs:
-            for found in sorted((out / STORE / checkpoint_id).glob(f"*/{settings}/samples_{task}.jsonl")):
-                return found
-        return None
-
-    def items(self, checkpoint_id: str | None, task: str, settings: str | None) -> list[dict] | None:
-        key = (checkpoint_id, task, settings)
-        if key not in self.cache:
-            path = self.path(checkpoint_id, task, settings)
-            try:
-                self.cache[key] = read_samples(path) if path else None
-            except (OSError, ValueError):  # damaged: its store sets it aside; no paired test on it meanwhile
-                self.cache[key] = None
-        return self.cache[key]
-
-    def correct(self, checkpoint_id: str | None, task: str, settings: str | None, metric: str) -> dict[str, bool] | None:
-        items = self.items(checkpoint_id, task, settings)
-        if items is None:
-            return None
-        return {i["item_id"]: bool(i["values"][metric]) for i in items if metric in i["values"]}
 
 
 # ---------------------------------------------------------------- summary
@@ -272,85 +159,114 @@ def _nan_none(x):
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
-def _restrict(correct: dict[str, bool], keep: set[str]) -> dict[str, bool]:
-    return {k: v for k, v in correct.items() if k in keep}
+def _matrix(points: list[dict], source: ItemSource, metric: str):
+    """The checkpoints of a series with per-item values and, over the items present at all of
+    them, the table items x checkpoints: (points kept, item ids, rows of values)."""
+    found = [(r, source.values(r.get("checkpoint_id"), r["task"], r.get("settings"), metric)) for r in points]
+    kept = [(r, v) for r, v in found if v is not None]
+    if not kept:
+        return [], [], []
+    ids = sorted(set.intersection(*(set(v) for _, v in kept)))
+    return [r for r, _ in kept], ids, [[v[i] for _, v in kept] for i in ids]
+
+
+def _binary(table: list[list[float]]) -> bool:
+    return all(v in (0.0, 1.0) for row in table for v in row)
 
 
 def summarize_series(points: list[dict], source: ItemSource, alpha: float = ALPHA,
-                     agree_points: list[dict] | None = None, seed: int = SELECTION_SEED) -> dict:
-    """One summary row from one series' ``counterfactual_acc`` rows (one run folder, one settings):
-    the peak chosen on the selection half of the items, the rise and the fall tested on the test
-    half. The verdict here is the series' alone (a family of one); ``summarize`` adjusts it across
-    the series of a sweep."""
+                     agree_points: list[dict] | None = None, peak_step: int | None = None) -> dict:
+    """One summary row from one series' rows of ``counterfactual_acc`` (or of the graded
+    ``context_prob``) of one run folder and one settings: the two-lines test over the whole
+    series, or with ``peak_step`` the rise and fall at that step, on the items present at every
+    checkpoint tested. The verdict here is the series' alone (a family of one); ``summarize``
+    adjusts it across the series of a summary."""
     first, final = points[0], points[-1]
+    metric = first["metric"] if first.get("metric") in (METRIC, GRADED_METRIC) else METRIC
     s: dict = {c: None for c in SUMMARY_COLUMNS}
-    s.update(task=first["task"], run=first.get("run"), settings=first.get("settings"), n_checkpoints=len(points),
-             first_step=first["step"], final_step=final["step"], first=first["value"], final=final["value"],
-             alpha=alpha, inversion=False)
-
-    def set_peak(peak: dict) -> None:
-        s.update(peak_step=peak["step"], peak=peak["value"], rise=peak["value"] - first["value"],
-                 drop=peak["value"] - final["value"])
-
-    set_peak(max(points, key=lambda r: r["value"]))  # without per-item outcomes: the highest (ties: earliest)
-    if len(points) < 2:
-        s["verdict"] = "one checkpoint: nothing to compare"
+    s.update(task=first["task"], metric=metric, run=first.get("run"), settings=first.get("settings"),
+             n_checkpoints=len(points), first_step=first["step"], final_step=final["step"], first=first["value"],
+             final=final["value"], alpha=alpha, inversion=False)
+    top = max(points, key=lambda r: r["value"])  # without a test: the highest (ties: the earliest)
+    s.update(peak_step=top["step"], peak=top["value"], rise=top["value"] - first["value"], drop=top["value"] - final["value"])
+    if len(points) < 3:
+        s["verdict"] = f"{len(points)} checkpoint(s): an inverted U needs three or more"
         return s
-    task = first["task"]
-    corrects = [source.correct(r.get("checkpoint_id"), task, r.get("settings"), METRIC) for r in points]
-    missing = sorted({r["step"] for r, c in ((first, corrects[0]), (final, corrects[-1])) if c is None})
+    kept, ids, table = _matrix(points, source, metric)
+    missing = [r["step"] for r in (first, final) if r not in kept]
     if missing:
         s["verdict"] = (f"no per-item samples at step {', '.join(map(str, missing))}: paired tests not run "
                         f"(rise {s['rise']:+.3f}, drop {s['drop']:+.3f})")
         return s
-    selection, test = split_items({k for c in corrects if c is not None for k in c}, seed)
-    i_peak = choose_peak(corrects, selection)
-    peak = points[i_peak]
-    set_peak(peak)
-    before, top, after = (_restrict(corrects[i], test) for i in (0, i_peak, len(points) - 1))
-    rise = paired_change(before, top)
-    fall = paired_change(top, after)
-    s.update(selection_seed=seed, n_selection_items=len(selection), n_test_items=len(test),
-             rise_ci_low=_nan_none(rise["ci_low"]), rise_ci_high=_nan_none(rise["ci_high"]), rise_mcnemar_p=rise["p"],
-             rise_flips_to_context=rise["to_context"], rise_flips_to_parametric=rise["to_parametric"],
-             rise_n_pairs=rise["n"],
-             # the drop is peak minus final, so its interval is the change's, negated
-             drop_ci_low=_nan_none(-fall["ci_high"]), drop_ci_high=_nan_none(-fall["ci_low"]), mcnemar_p=fall["p"],
-             flips_to_context=fall["to_context"], flips_to_parametric=fall["to_parametric"], n_pairs=fall["n"])
-    if rise["n"] == 0 or fall["n"] == 0:
-        s["verdict"] = "no test items present at both checkpoints compared: paired tests not run"
+    if len(kept) < 3 or not ids:
+        s["verdict"] = "fewer than three checkpoints with per-item samples of the same items: paired tests not run"
         return s
-    s.update(p_rise=rise["p_up"], p_fall=fall["p_down"], p_inversion=max(rise["p_up"], fall["p_down"]))
+    steps = [r["step"] for r in kept]
+    if peak_step is not None:
+        if peak_step not in steps[1:-1]:
+            s["verdict"] = (f"--peak_step {peak_step} is not a checkpoint between the first and the last of this "
+                            f"series (steps {', '.join(map(str, steps))}): not tested")
+            return s
+        test = fixed_peak_test(table, steps.index(peak_step), alpha=alpha)
+        s["design"] = f"fixed peak at step {peak_step} (declared in advance)"
+    else:
+        test = whole_series_test(table)
+        s["design"] = WHOLE_SERIES
+    i_peak = test["peak"]
+    peak = kept[i_peak]
+    column = list(zip(*table))
+    means = [sum(c) / len(c) for c in column]
+    rise_d = [a - b for a, b in zip(column[i_peak], column[0])]
+    fall_d = [a - b for a, b in zip(column[i_peak], column[-1])]
+    rise_ci, drop_ci = bootstrap_interval(rise_d), bootstrap_interval(fall_d)  # 95%
+    s.update(n_checkpoints=len(kept), peak_step=peak["step"], first=means[0], peak=means[i_peak], final=means[-1],
+             rise=sum(rise_d) / len(ids), drop=sum(fall_d) / len(ids), n_items=len(ids),
+             rise_ci_low=_nan_none(rise_ci[0]), rise_ci_high=_nan_none(rise_ci[1]),
+             drop_ci_low=_nan_none(drop_ci[0]), drop_ci_high=_nan_none(drop_ci[1]),
+             p_rise=test["p_rise"], p_fall=test["p_fall"], p_inversion=test["p_inversion"])
+    if _binary(table):  # the exact McNemar tests between the three checkpoints, two-sided: a cross-check
+        as_bool = [{i: bool(v) for i, v in zip(ids, c)} for c in column]
+        rise = paired_change(as_bool[0], as_bool[i_peak], resamples=0)
+        fall = paired_change(as_bool[i_peak], as_bool[-1], resamples=0)
+        s.update(rise_mcnemar_p=rise["p"], rise_flips_to_context=rise["to_context"],
+                 rise_flips_to_parametric=rise["to_parametric"], rise_n_pairs=rise["n"], mcnemar_p=fall["p"],
+                 flips_to_context=fall["to_context"], flips_to_parametric=fall["to_parametric"], n_pairs=fall["n"])
+    spread = None if _binary(table) else _variance(column[i_peak])
+    s["_mde"] = lambda level: min_detectable_fall(len(ids), s["peak"], level, POWER, spread)
     s["_agree_falls"] = _agree(s, peak, final, source, alpha, agree_points or [])
     apply_verdict(s, p_holm=s["p_inversion"], n_tested=1)
     return s
 
 
+def _variance(values) -> float:
+    values = list(values)
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)
+
+
 def apply_verdict(s: dict, p_holm: float, n_tested: int) -> None:
-    """``p_holm``, ``inversion`` and ``verdict`` of a tested summary row, given its adjusted p among
-    the ``n_tested`` series of its family."""
+    """``p_holm``, ``inversion``, ``min_detectable_fall`` and ``verdict`` of a tested summary row,
+    given its adjusted p among the ``n_tested`` series of its family. Only "inversion" (and "loss of
+    reading", which replaces it) claims significance, from ``p_holm``; the rise's and the fall's
+    p-values are printed as unadjusted."""
     alpha = s["alpha"]
-    s.update(p_holm=p_holm, n_series_tested=n_tested)
-    rises, falls = s["p_rise"] < alpha, s["p_fall"] < alpha
-    ps = f"rise p={_fmt_p(s['p_rise'])}, fall p={_fmt_p(s['p_fall'])}"
-    if n_tested > 1:
-        ps += f", Holm p={_fmt_p(p_holm)} over {n_tested} series"
-    s["inversion"] = False
-    if falls and s.get("_agree_falls"):
-        s["verdict"] = (f"loss of reading: {s['agree_task']} falls too (agree p={_fmt_p(s['agree_mcnemar_p'])}); "
-                        f"{'rise significant' if rises else 'rise not significant'} ({ps})")
+    # the fall a series needs to be called an inversion among n_tested: Holm's first step, alpha / n
+    mde = s["_mde"](alpha / n_tested)
+    s.update(p_holm=p_holm, n_series_tested=n_tested, min_detectable_fall=_nan_none(mde), inversion=False)
+    family = f"over {n_tested} series" if n_tested > 1 else "one series"
+    raw = f"unadjusted: rise p={_fmt_p(s['p_rise'])}, fall p={_fmt_p(s['p_fall'])}"
+    where = f"peak at step {s['peak_step']}"
+    if p_holm < alpha and s.get("_agree_falls"):
+        s["verdict"] = (f"loss of reading, not inversion: {s['agree_task']} falls too (unadjusted p="
+                        f"{_fmt_p(s['agree_mcnemar_p'])}); Holm p={_fmt_p(p_holm)} {family}, {where}; {raw}")
     elif p_holm < alpha:
         s["inversion"] = True
         held = f"; {s['agree_task']} holds (p={_fmt_p(s['agree_mcnemar_p'])})" if s["agree_task"] else ""
-        s["verdict"] = f"inversion ({ps}){held}"
-    elif rises and falls:
-        s["verdict"] = f"rise and fall significant alone, not after correcting for {n_tested} series ({ps})"
-    elif falls:
-        s["verdict"] = f"fall significant, rise not significant ({ps})"
-    elif rises:
-        s["verdict"] = f"rise significant, fall not significant ({ps})"
+        s["verdict"] = f"inversion (Holm p={_fmt_p(p_holm)} {family}, {where}; {raw}){held}"
     else:
-        s["verdict"] = f"rise and fall not significant ({ps})"
+        unit = "" if s["metric"] == METRIC else f" of {s['metric']}"
+        s["verdict"] = (f"no inversion shown (Holm p={_fmt_p(p_holm)} {family}; {raw}); a fall{unit} under "
+                        f"{mde:.3f} could not be seen (80% power, {s['n_items']} items)")
 
 
 def _agree(s: dict, peak: dict, final: dict, source: ItemSource, alpha: float, agree_points: list[dict]) -> bool:
@@ -370,25 +286,41 @@ def _agree(s: dict, peak: dict, final: dict, source: ItemSource, alpha: float, a
     after = source.correct(b.get("checkpoint_id"), b["task"], b.get("settings"), AGREE_METRIC)
     if before is None or after is None:
         return False
-    test = paired_change(before, after)
+    test = paired_change(before, after, resamples=0)
     if not test["n"]:
         return False
     s["agree_mcnemar_p"] = test["p"]
     return test["change"] < 0 and test["p"] < alpha
 
 
-def summarize(rows: list[dict], outs: list[Path] = (), alpha: float = ALPHA, seed: int = SELECTION_SEED) -> dict:
-    """One summary row per series of ``counterfactual_acc`` (task x run folder x settings), keyed by
-    the rows' ``series`` label; the samples are read from the stores of ``outs``. The series' p-values
-    are Holm-adjusted together: "inversion" anywhere in the summary has probability at most ``alpha``
-    when no series rises and falls."""
+def check_peak_step(rows: list[dict], peak_step: int | None) -> None:
+    """``--peak_step``: a step of a checkpoint of the summary's series, between a series' first and
+    last; a SweepError of one line otherwise."""
+    if peak_step is None:
+        return
+    series = [pts for metric in (METRIC, GRADED_METRIC) for pts in _points(rows, metric).values()]
+    steps = sorted({r["step"] for pts in series for r in pts if r.get("step") is not None})
+    inside = sorted({r["step"] for pts in series for r in pts[1:-1]})
+    if isinstance(peak_step, bool) or not isinstance(peak_step, int) or peak_step not in inside:
+        shown = ", ".join(map(str, inside)) if inside else "none: every series has fewer than three checkpoints"
+        raise SweepError(f"--peak_step {peak_step}: not the step of a checkpoint between a series' first and last "
+                         f"(steps here: {', '.join(map(str, steps)) or 'none'}); pass one of: {shown}")
+
+
+def summarize(rows: list[dict], outs: list[Path] = (), alpha: float = ALPHA, peak_step: int | None = None) -> dict:
+    """One summary row per series of ``counterfactual_acc`` (task x run folder x settings), and of
+    ``context_prob`` where the ``_mc`` tasks ran, keyed by the rows' ``series`` label; the samples
+    are read from the stores of ``outs``. The series' p-values are Holm-adjusted together:
+    "inversion" anywhere in the summary has probability at most ``alpha`` when no series rises
+    and falls. ``peak_step``: test every series at that step instead of over the whole series."""
     source = ItemSource(list(outs))
     agree_rows = [r for r in rows if r["metric"] == AGREE_METRIC and twin_of(r["task"])]
     agree_tasks = {r["task"] for r in agree_rows}
     summary: dict[str, dict] = {}
-    for key, points in sorted(_points(rows, METRIC).items()):
+    series = [*sorted(_points(rows, METRIC).items()), *sorted(_points(rows, GRADED_METRIC).items())]
+    for key, points in series:
         twin = _agree_task(points[0]["task"], agree_tasks)
-        s = summarize_series(points, source, alpha, [r for r in agree_rows if r["task"] == twin], seed)
+        s = summarize_series(points, source, alpha, [r for r in agree_rows if r["task"] == twin], peak_step)
         label = points[0].get("series") or points[0]["task"]
         if label in summary:  # two run folders of one base name: keep both apart
             label += f" [settings {s['settings']}]" if s["settings"] else f" [{s['run']}]"
@@ -399,6 +331,7 @@ def summarize(rows: list[dict], outs: list[Path] = (), alpha: float = ALPHA, see
         apply_verdict(s, adjusted, len(tested))
     for s in summary.values():
         s.pop("_agree_falls", None)
+        s.pop("_mde", None)
     return summary
 
 
@@ -421,22 +354,3 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- items.csv
-def item_rows(rows: list[dict], outs: list[Path]) -> list[dict]:
-    """One row per checkpoint x task x item of the tasks with an outcome label, from the samples
-    in the stores of ``outs``; ``known`` and ``context_attention`` empty where not measured."""
-    source = ItemSource(list(outs))
-    found, seen = [], set()
-    for r in rows:
-        key = (r.get("run"), r["checkpoint"], r["step"], r["task"], r.get("settings"), r.get("checkpoint_id"))
-        if key in seen:
-            continue
-        seen.add(key)
-        for item in source.items(r.get("checkpoint_id"), r["task"], r.get("settings")) or ():
-            if item["outcome"] is None:
-                continue
-            found.append({"checkpoint": r["checkpoint"], "step": r["step"], "task": r["task"], **{
-                k: item[k] for k in ("item_id", "relation", "outcome", "known", "context_attention")},
-                "run": r.get("run"), "settings": r.get("settings"), "checkpoint_id": r.get("checkpoint_id")})
-    found.sort(key=lambda x: (x["step"], x["checkpoint"], x["run"] or "", x["task"], x["settings"] or "", x["item_id"]))
-    return found

@@ -16,7 +16,8 @@ from ..known import AGREE_METRIC, agree_twin
 from ..results import TIDY_COLUMNS, add_item_counts, rows_to_csv, tidy_rows
 from . import store
 from .config import LOCK_TIMEOUT, SweepError
-from .stats import ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, format_summary, item_rows, summarize
+from .stats import ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, check_peak_step, format_summary, item_rows, summarize
+from .ushape import wilson_interval
 from .model_args import model_args_string
 from .rescore import SCORER_KEY, read_samples, without_scorer
 from .store import merge_results
@@ -151,7 +152,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
         tmp.rename(final)
 
 
-def rebuild_views(out: Path, alpha: float = ALPHA) -> dict:
+def rebuild_views(out: Path, alpha: float = ALPHA, peak_step: int | None = None) -> dict:
     """sweep.csv, sweep.json, inversion.png, manifest.json and checkpoints/<name>/, all from the
     store, under the views lock (so that an older rebuild never lands last)."""
     with store.views_lock(out):
@@ -178,15 +179,16 @@ def rebuild_views(out: Path, alpha: float = ALPHA) -> dict:
         store.write_json(out / MANIFEST, manifest)
         rows = sweep_rows(out)
         fails = [{"checkpoint": f["name"], "path": f["path"], "run": f.get("run"), "error": f["error"]} for f in failures]
-        return write_outputs(out, rows, fails, stores=[out], alpha=alpha)
+        return write_outputs(out, rows, fails, stores=[out], alpha=alpha, peak_step=peak_step)
 
 
 def write_outputs(out: Path, rows: list[dict], failures: list[dict], settings: dict | None = None, *,
-                  stores: list[Path] = (), alpha: float = ALPHA) -> dict:
+                  stores: list[Path] = (), alpha: float = ALPHA, peak_step: int | None = None) -> dict:
     """sweep.csv, sweep.json, inversion.png and the per-series summary (summary.csv, with the paired
-    tests on the samples kept in the stores of ``stores``), from the rows."""
+    tests on the samples kept in the stores of ``stores``; ``peak_step``: a peak declared in
+    advance), from the rows."""
     label_series(rows)
-    summary = summarize(rows, stores, alpha)
+    summary = summarize(rows, stores, alpha, peak_step)
     atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
     atomic_write(out / SUMMARY, rows_to_csv(list(summary.values()), SUMMARY_COLUMNS))
     # the stores the samples came from: a later report of a merged folder finds them again
@@ -231,13 +233,20 @@ def run_labels(runs) -> dict[str, str]:
     return labels
 
 
-def _series(rows: list[dict], series: str, metric: str) -> list[tuple[int, float, float]]:
-    pts = [(r["step"], r["value"], r["stderr"] or 0.0) for r in rows
+def _series(rows: list[dict], series: str, metric: str) -> list[tuple[int, float, int | None]]:
+    """(step, value, n) of a series' metric, in step order."""
+    pts = [(r["step"], r["value"], r.get("n")) for r in rows
            if r.get("series", r["task"]) == series and r["metric"] == metric and r["value"] is not None]
-    return sorted(pts)
+    return sorted(pts, key=lambda p: (p[0], p[1]))
 
 
-ERROR_BARS = 1.96  # error bars: value +- 1.96 standard errors, a normal 95% interval
+def wilson_bar(value: float, n: int | None) -> tuple[float, float]:
+    """The 95% Wilson interval of an accuracy over ``n`` items as distances below and above the
+    point (nan, nan: no bar, where n is unknown)."""
+    if not n:
+        return float("nan"), float("nan")
+    low, high = wilson_interval(value, n)
+    return max(0.0, value - low), max(0.0, high - value)
 
 
 def _n_text(rows: list[dict], series: str, metric: str) -> str:
@@ -255,12 +264,12 @@ def _caption(rows: list[dict]) -> str:
     if len(models) == 1 and models[0] not in runs:
         what = f"model {models[0]}, {what}"
     return (f"{what}; --limit {', '.join(limits)}; n = items each point is computed on; "
-            f"error bars: 95% interval (value \u00b1 {ERROR_BARS} standard errors)")
+            "error bars: 95% Wilson interval over the n items (none where n is unknown)")
 
 
 def plot(rows: list[dict], path: Path) -> None:
     """One panel per cf task series: counterfactual and parametric accuracy against step, with 95%
-    error bars; standard tasks' accuracy on a second axis. The caption names the run (or model),
+    Wilson intervals; standard tasks' accuracy on a second axis. The caption names the run (or model),
     ``--limit`` and what the error bars are; each line's legend entry gives its n; the legend sits
     below the panels, so it never covers a point."""
     import matplotlib
@@ -272,7 +281,8 @@ def plot(rows: list[dict], path: Path) -> None:
         return r.get("series", r["task"])
 
     def bars(pts):
-        return [ERROR_BARS * p[2] for p in pts]
+        """Wilson intervals as (below, above) distances: never of zero width, also at 0 and 1."""
+        return [list(col) for col in zip(*(wilson_bar(p[1], p[2]) for p in pts))] or None
 
     agree_tasks = {r["task"] for r in rows if r["metric"] == AGREE_METRIC}
     cf_series = sorted({key(r) for r in rows if r["metric"] == "counterfactual_acc" and r["task"] not in agree_tasks})
@@ -409,11 +419,13 @@ def _output_rows(out: Path) -> tuple[list[dict], list[dict], list[Path]]:
 
 
 def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, items: bool = False,
-           mixed_scorers: bool = False) -> dict:
+           mixed_scorers: bool = False, peak_step: int | None = None) -> dict:
     """Merge sweep outputs (shards, other machines) into ``target`` and redraw the plot. The same
     result seen in two outputs counts once; one checkpoint scored from different contents is
     refused; a task with rows of several settings is split into one series per settings. The
-    summary's paired tests read the samples in the stores; ``items`` also writes items.csv.
+    summary's paired tests read the samples in the stores; ``items`` also writes items.csv;
+    ``peak_step`` tests each series at a peak declared in advance (a SweepError if no series has
+    a checkpoint there).
 
     Outputs with a store are merged store into store (``target`` gets every result it lacks, and
     its views are rebuilt from its store, so it can be resumed or merged again); outputs of an
@@ -442,6 +454,7 @@ def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, item
             rows.append(row)
         failures += out_failures
     _check_scorers(rows, mixed_scorers)
+    check_peak_step(rows, peak_step)  # before anything is written
     split = sorted({r["task"] for r in rows if len({x.get("settings") for x in rows if x["task"] == r["task"]}) > 1})
     if split:
         log(f"cf-tasks: {', '.join(split)}: rows under different evaluation settings (limit, metadata, chat template, "
@@ -451,11 +464,11 @@ def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, item
     if all((out / store.STORE).is_dir() for out in outs):
         for out in outs:
             store.merge_store(out, target)
-        summary = rebuild_views(target, alpha=alpha)
+        summary = rebuild_views(target, alpha=alpha, peak_step=peak_step)
         rows, stores = sweep_rows(target), [target]
     else:
         rows.sort(key=_row_order)
-        summary = write_outputs(target, rows, failures, stores=stores, alpha=alpha)
+        summary = write_outputs(target, rows, failures, stores=stores, alpha=alpha, peak_step=peak_step)
     if summary:
         log(format_summary(summary))
     if items:
