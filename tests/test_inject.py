@@ -180,3 +180,12 @@ def test_peak_rule_and_fixed_peak_tests_by_hand():
     assert graded["first"] == pytest.approx(0.2) and graded["final"] == pytest.approx(0.3)
     binary = tests["context preferred"]
     assert binary["first"] == 0 and binary["peak"] == 1 and binary["final"] == 0
+
+
+def test_a_study_folder_keeps_its_design(study, tiny_model, capsys):
+    before = (study / "config.json").read_bytes()
+    rc = main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model),
+               "--output_path", str(study)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "holds a study of another design (inject)" in err and len(err.splitlines()) == 1
+    assert (study / "config.json").read_bytes() == before

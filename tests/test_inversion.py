@@ -96,7 +96,8 @@ def test_report_files_and_rerun_reuses_everything(study, tiny_model):
     assert "verdict" in summary[0] and summary[0]["verdict"]
     run_json = study / "runs" / "cs_heavy-seed0" / "run.json"
     before = (run_json.stat().st_mtime_ns, sorted(p.name for p in (study / "sweeps" / "store").iterdir()))
-    assert main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model), "--output_path", str(study)]) == 0
+    assert main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model),
+                 "--output_path", str(study)]) == 0
     assert (run_json.stat().st_mtime_ns, sorted(p.name for p in (study / "sweeps" / "store").iterdir())) == before
     (report / "results.md").unlink()
     assert main(["experiment", "inversion", "--output_path", str(study), "--report_only"]) == 0

@@ -101,9 +101,22 @@ def lora_config(args: argparse.Namespace):
     return cfg
 
 
+def folder_design(out: Path) -> str | None:
+    """The design a study folder was made with (its settings record), if it is one."""
+    import json
+
+    try:
+        return json.loads((Path(out) / "config.json").read_text()).get("design")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.output_path:
         raise UsageError("--output_path is empty; pass a study folder")
+    found = folder_design(args.output_path)
+    if args.design is None:  # a study folder says which design it holds; a new one gets the default
+        args.design = found if found in DESIGNS else DESIGNS[0]
     cfg = inject_config(args) if args.design == "inject" else lora_config(args)
     if args.report_only:
         return report_only(args, cfg)
@@ -168,9 +181,9 @@ def add_parser(experiments) -> None:
         "inversion", help="fine-tune the default model and sweep its checkpoints for context-parametric inversion: "
                           "knowledge injection then C+S-heavy full fine-tuning (the default), or LoRA on known facts")
     p.add_argument("--output_path", required=True, help="study folder (resumable; it keeps its settings)")
-    p.add_argument("--design", choices=DESIGNS, default="inject",
-                   help="inject: teach facts first, check the gate, then fine-tune (default); "
-                        "known_lora: LoRA on the facts the base model knows")
+    p.add_argument("--design", choices=DESIGNS, default=None,
+                   help="inject: teach facts first, check the gate, then fine-tune (default for a new folder); "
+                        "known_lora: LoRA on the facts the base model knows (default: the folder's own design)")
     p.add_argument("--quick", action="store_true",
                    help="a few steps on a few items (with --model, e.g. a tiny test model)")
     p.add_argument("--arms", default=None,

@@ -111,7 +111,17 @@ def collect(out: Path, target: Path) -> None:
     atomic_write(target / "loss.csv", rows_to_csv(losses, LOSS_COLUMNS))
     atomic_write(target / "runs.csv", rows_to_csv(runs, ("run", "arm", "seed", "steps", "lr", "batch_size",
                                                          "points", "seconds")))
-    sweep_rows, summary = _sweep_rows(out / "sweeps")
+    sweeps = out / "sweeps"
+    if (sweeps / "sweep.json").is_file():
+        from ..sweep.views import rebuild_views
+
+        # the sweep's own verdict at the swept checkpoint nearest the peak declared from measure.csv
+        peak = declare_peak(curves(measured))["peak_step"]
+        swept = sorted({int(r["step"]) for r in _read_csv(sweeps / "sweep.csv")})
+        inside = swept[1:-1]
+        near = min(inside, key=lambda s: (abs(s - peak), s)) if peak is not None and inside else None
+        rebuild_views(sweeps, peak_step=near)
+    sweep_rows, summary = _sweep_rows(sweeps)
     atomic_write(target / "sweep.csv", rows_to_csv(sweep_rows, SWEEP_COLUMNS))
     atomic_write(target / "sweep_summary.csv", rows_to_csv(summary, list(summary[0]) if summary else ["run"]))
 
