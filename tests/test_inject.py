@@ -41,9 +41,10 @@ def test_study_writes_every_part(study):
     assert all(not base[p["fact_id"]]["known"] for g in groups.values() for p in g)  # unknown facts only
     for run in ("cs_heavy-seed0", "c_only-seed0"):
         rows = _csv(study / "runs" / run / "measure.csv")
-        n_facts = sum(len(g) for g in groups.values())
         assert sorted({int(r["step"]) for r in rows}) == [0, 2, 4]
-        assert len(rows) == 3 * n_facts
+        assert sorted((r["step"], r["group"], r["fact_id"]) for r in rows) == sorted(
+            (str(s), g, p["fact_id"]) for s in (0, 2, 4) for g in ("E", "N") for p in groups[g])
+        assert all(r["mc"] and r["known"] in ("0", "1") for r in rows)
         assert sorted(p.name for p in (study / "runs" / run).glob("checkpoint-*")) == ["checkpoint-0", "checkpoint-4"]
         assert not (study / "runs" / run / "state").exists()
     mix = inject.read_jsonl(study / "data" / "mix_cs_heavy.jsonl")

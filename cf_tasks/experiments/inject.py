@@ -49,6 +49,7 @@ ARMS = {
 FAMILIES = ("cf_capitals", "cf_world_facts")  # the held-out probe facts: tasks with counterfactual passages
 GROUPS = ("T", "E", "N")
 RECALLED = ("E", "N")  # the groups whose closed-book recall phase B measures at every checkpoint
+MEASURED = ("E", "N")  # the groups whose M_C is measured (T's counterfactual items are not the question)
 MEASURE_COLUMNS = ("run", "step", "group", "fact_id", "mc", "logp_context", "logp_memory", "known", "answer")
 LOSS_COLUMNS = ("run", "step", "split", "kind", "loss", "n")
 GATE_KEYS = ("gate_recall", "gate_mc", "gate_n_shift")
@@ -268,56 +269,59 @@ def load_groups(out: Path) -> dict[str, list[dict]]:
 
 # ------------------------------------------------------------------------------- measurements
 
-def answer_logprobs(model, tokenizer, prompts: list[str], answers: list[str], batch_size: int = 16) -> list[float]:
-    """The summed log-probability of each answer after its prompt (the prompt already rendered)."""
+def answer_logprobs(model, tokenizer, prompts: list[str], answers: list[list[str]]) -> list[list[float]]:
+    """The summed log-probability of each of a prompt's answers after it (the prompt already
+    rendered): one forward pass per prompt, its cache cut back after each answer."""
     import torch
 
-    out: list[float] = []
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    for i in range(0, len(prompts), batch_size):
-        pairs = []
-        for prompt, answer in zip(prompts[i:i + batch_size], answers[i:i + batch_size]):
-            head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    out: list[list[float]] = []
+    for prompt, options in zip(prompts, answers):
+        head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            first = model(input_ids=torch.tensor([head]), use_cache=True)
+        cache, last = first.past_key_values, torch.log_softmax(first.logits[0, -1].float(), dim=-1)
+        scores = []
+        for answer in options:
             tail = tokenizer(answer if prompt.endswith((" ", "\n")) else " " + answer,
                              add_special_tokens=False)["input_ids"]
-            pairs.append((head, tail))
-        width = max(len(h) + len(t) for h, t in pairs)
-        ids = torch.full((len(pairs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(pairs), width), dtype=torch.long)
-        for j, (h, t) in enumerate(pairs):
-            ids[j, :len(h) + len(t)] = torch.tensor(h + t)
-            mask[j, :len(h) + len(t)] = 1
-        with torch.no_grad():
-            logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-        for j, (h, t) in enumerate(pairs):
-            positions = torch.arange(len(h) - 1, len(h) + len(t) - 1)
-            out.append(float(logp[j, positions, torch.tensor(t)].sum()))
+            total = float(last[tail[0]])
+            if len(tail) > 1:
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([tail[:-1]]), past_key_values=cache, use_cache=True).logits
+                logp = torch.log_softmax(logits[0].float(), dim=-1)
+                total += float(logp[torch.arange(len(tail) - 1), torch.tensor(tail[1:])].sum())
+                cache.crop(1 - len(tail))  # drop the answer's tokens: the prompt's cache serves the next answer
+            scores.append(total)
+        out.append(scores)
     return out
 
 
 def measure_facts(model, tokenizer, groups: dict[str, list[dict]], run: str, step: int, max_new_tokens: int,
-                  said: dict[str, str] | None = None, recall_groups: tuple[str, ...] = GROUPS) -> list[dict]:
-    """One row per fact of T, E and N: ``M_C`` under its counterfactual passage, and closed-book
-    recall for the facts of ``recall_groups`` ("" for the others) (``said``: the closed-book answers
-    by fact id, when they are known already)."""
+                  said: dict[str, str] | None = None, recall_groups: tuple[str, ...] = GROUPS,
+                  mc_groups: tuple[str, ...] = MEASURED) -> list[dict]:
+    """One row per fact of the groups measured: ``M_C`` under its counterfactual passage for the
+    facts of ``mc_groups``, closed-book recall for those of ``recall_groups`` ("" where a figure is
+    not measured; ``said``: the closed-book answers by fact id, when they are known already)."""
     model.eval()
-    facts = [(g, p) for g in GROUPS for p in groups[g]]
+    facts = [(g, p) for g in GROUPS if g in mc_groups or g in recall_groups for p in groups[g]]
+    scored = [(g, p) for g, p in facts if g in mc_groups]
     prompts = [generation_prompt(tokenizer, {"input": p["cf_input"], "instruction": p["instruction"]})
-               for _, p in facts]
-    lc = answer_logprobs(model, tokenizer, prompts, [p["cf_answer"] for _, p in facts])
-    lm = answer_logprobs(model, tokenizer, prompts, [p["output"] for _, p in facts])
+               for _, p in scored]
+    pairs = dict(zip((p["fact_id"] for _, p in scored),
+                     answer_logprobs(model, tokenizer, prompts, [[p["cf_answer"], p["output"]] for _, p in scored])))
     if said is None:
         asked = [p for g, p in facts if g in recall_groups]
         said = dict(zip((p["fact_id"] for p in asked),
                         greedy_answers(model, tokenizer, [_closed_book(p) for p in asked], log=lambda *a, **k: None,
                                        max_new_tokens=max_new_tokens)))
     rows = []
-    for (g, p), c, m in zip(facts, lc, lm):
+    for g, p in facts:
         a = said.get(p["fact_id"]) if g in recall_groups else None
+        c, m = pairs.get(p["fact_id"], (None, None))
         rows.append({"run": run, "step": step, "group": g, "fact_id": p["fact_id"],
-                     "mc": round(1.0 / (1.0 + math.exp(m - c)), 6), "logp_context": round(c, 4),
-                     "logp_memory": round(m, 4), "known": "" if a is None else int(known_of(p, a)),
-                     "answer": "" if a is None else a.strip()})
+                     "mc": "" if c is None else round(1.0 / (1.0 + math.exp(m - c)), 6),
+                     "logp_context": "" if c is None else round(c, 4), "logp_memory": "" if m is None else round(m, 4),
+                     "known": "" if a is None else int(known_of(p, a)), "answer": "" if a is None else a.strip()})
     return rows
 
 
@@ -413,13 +417,15 @@ def gate(cfg: InjectConfig, base: Path, injected: Path, log=print) -> dict:
     for label, folder in (("base", base), ("phase_a", injected)):
         model, tokenizer = load_model(folder)
         rows = measure_facts(model, tokenizer, groups, label, 0, cfg.max_new_tokens,
-                             said=at_base if label == "base" else None)
+                             said=at_base if label == "base" else None,
+                             recall_groups=GROUPS)
         measured += rows
         losses = {r["kind"]: r["loss"] for r in loss_rows(model, tokenizer, probe, label, 0)}
         for g in GROUPS:
             mine = [r for r in rows if r["group"] == g]
             figures[f"{label}_recall_{g}"] = round(sum(r["known"] for r in mine) / max(1, len(mine)), 4)
-            figures[f"{label}_mc_{g}"] = round(sum(r["mc"] for r in mine) / max(1, len(mine)), 4)
+            if g in MEASURED:
+                figures[f"{label}_mc_{g}"] = round(sum(r["mc"] for r in mine) / max(1, len(mine)), 4)
         figures[f"{label}_loss_S_of_T"] = losses.get("S")
         figures[f"{label}_loss_C"] = losses.get("C")
         figures[f"{label}_loss_CS"] = losses.get("CS")

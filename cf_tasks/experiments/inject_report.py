@@ -162,8 +162,10 @@ def curves(measured: list[dict]) -> list[dict]:
         keyed.setdefault((r["run"], int(r["step"]), r["group"]), []).append(r)
     out = []
     for (run, step, group), rows in sorted(keyed.items()):
-        mc = [float(r["mc"]) for r in rows]
-        known = [float(r["mc"]) for r in rows if r["known"] == "1"]
+        mc = [float(r["mc"]) for r in rows if r["mc"] != ""]
+        if not mc:
+            continue
+        known = [float(r["mc"]) for r in rows if r["known"] == "1" and r["mc"] != ""]
         asked = [r for r in rows if r["known"] != ""]  # recall is not measured for every group at every step
         mean, low, high = _mean_ci(mc)
         out.append({"run": run, "step": step, "group": group, "n": len(rows), "mc": round(mean, 4),
