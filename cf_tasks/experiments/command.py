@@ -197,8 +197,8 @@ def add_parser(experiments) -> None:
     p.add_argument("--tasks", default=None,
                    help="comma-separated tasks the sweeps score on their held-out items "
                         "(inject: cf_capitals,cf_world_facts; known_lora: cf_capitals)")
-    p.add_argument("--limit", type=int, default=None, help="held-out items per task in the sweeps (inject 100, "
-                                                           "known_lora 40)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="held-out items per task in the sweeps (inject 40, cf_capitals always in full; known_lora 40)")
     p.add_argument("--t_facts", type=int, default=None, help="inject: training facts taught, then C+S points (150)")
     p.add_argument("--n_facts", type=int, default=None, help="inject: held-out facts never taught, the control (40)")
     p.add_argument("--inject_lr", type=float, default=None, help="inject: learning rate of phase A (5e-5)")

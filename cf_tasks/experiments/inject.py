@@ -47,6 +47,7 @@ ARMS = {
     "augmented": "the cs_heavy mix plus counterfactual points (section 6)",
 }
 FAMILIES = ("cf_capitals", "cf_world_facts")  # the held-out probe facts: tasks with counterfactual passages
+FULL_TASKS = ("cf_capitals",)  # swept on every held-out item; the other tasks on --limit items
 GROUPS = ("T", "E", "N")
 RECALLED = ("E", "N")  # the groups whose closed-book recall phase B measures at every checkpoint
 MEASURED = ("E", "N")  # the groups whose M_C is measured (T's counterfactual items are not the question)
@@ -82,7 +83,7 @@ class InjectConfig:
     gate_mc: float = 0.35
     gate_n_shift: float = 0.10
     tasks: tuple[str, ...] = FAMILIES
-    limit: int | None = 100
+    limit: int | None = 40  # held-out items of each swept task other than cf_capitals (swept in full)
     sweep_batch_size: int = 8
     data_seed: int = 0
     max_new_tokens: int = 32  # closed-book answers of the knowledge probe and the gate (the sweep's own cap)
@@ -543,14 +544,20 @@ def _save_state(model, tokenizer, optimizer, state: Path, step: int, measured: l
 
 
 def sweep_arm(cfg: InjectConfig, run_dir: Path, chat: bool) -> int:
-    """``cf-tasks sweep`` of one run's saved checkpoints into ``OUT/sweeps``; failed checkpoints."""
+    """``cf-tasks sweep`` of one run's saved checkpoints into ``OUT/sweeps``: every held-out item of
+    ``cf_capitals``, ``--limit`` held-out items of the other tasks (of every task with ``--quick``);
+    returns the failed checkpoints."""
     from ..sweep import SweepConfig, run_sweep
 
-    sweep = SweepConfig(run_dir=run_dir, tasks=list(cfg.tasks), output_path=Path(cfg.output_path) / "sweeps",
-                        backend="hf", limit=cfg.limit, batch_size=cfg.sweep_batch_size, include_base=False,
-                        device="cpu", apply_chat_template=chat, metadata={"split": "heldout"},
-                        knowledge=True, agree=True, attention=False)
-    return run_sweep(sweep)
+    failed = 0
+    for task in cfg.tasks:
+        sweep = SweepConfig(run_dir=run_dir, tasks=[task], output_path=Path(cfg.output_path) / "sweeps",
+                            backend="hf", limit=None if task in FULL_TASKS and not cfg.quick else cfg.limit,
+                            batch_size=cfg.sweep_batch_size, include_base=False, device="cpu",
+                            apply_chat_template=chat, metadata={"split": "heldout"}, knowledge=True, agree=True,
+                            attention=False)
+        failed += run_sweep(sweep)
+    return failed
 
 
 # ------------------------------------------------------------------------------------- the study
