@@ -19,7 +19,7 @@ from .results import RESULT_KEYS_BY_TASK, add_item_counts
 
 # What lm-eval and transformers print for their own developers, silenced in cf-tasks' commands
 # only (a plain `lm_eval` run prints it as before): lm-eval's advice on --metadata, once per task
-# (our tasks read --metadata already, see the README); its note that an `_mc` task carries the
+# (our tasks read --metadata already, see docs/tasks.md); its note that an `_mc` task carries the
 # generation settings of the task it includes (unused by log-likelihood requests); and
 # transformers' deprecation notice that peft triggers.
 NOTICE_LOGGERS = ("lm_eval.api.task", "lm_eval.config.task")

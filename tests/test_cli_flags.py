@@ -1,5 +1,5 @@
 """One flag style (lm-eval's underscores; earlier hyphen spellings still accepted, not shown), the
-defaults in every --help, every flag in the README, and report never writing into an input unasked."""
+defaults in every --help, every flag in the README or a guide, and report never writing into an input unasked."""
 
 import re
 
@@ -21,13 +21,13 @@ def _flags():
 
 
 @pytest.mark.parametrize("command,flag", _flags())
-def test_every_flag_is_underscored_or_a_hidden_alias_and_in_the_readme(command, flag):
+def test_every_flag_is_underscored_or_a_hidden_alias_and_in_the_docs(command, flag):
     if flag in HIDDEN_ALIASES:
         assert flag.replace("-", "_").replace("__", "--", 1) != flag  # the visible spelling exists
         return
     assert "-" not in flag[2:], f"cf-tasks {command} {flag}: use underscores, as lm-eval does"
-    readme = (ROOT / "README.md").read_text()
-    assert re.search(re.escape(flag) + r"(?![\w-])", readme), f"cf-tasks {command} {flag} is not in the README"
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    assert re.search(re.escape(flag) + r"(?![\w-])", docs), f"cf-tasks {command} {flag} is in neither the README nor a guide"
 
 
 def test_help_shows_defaults_and_hides_the_hyphen_aliases():

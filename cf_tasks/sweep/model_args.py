@@ -3,7 +3,7 @@ sweep loads on top of its checkpoint (``pretrained``, the adapter), with the swe
 
 Checked before any model loads (one ``SweepError`` each): the form, keys the sweep sets itself,
 keys of the other backend, keys lm-eval's model does not take, a conflict with ``--device`` /
-``--tensor_parallel_size``, the values of the keys the README names, and the device (one this
+``--tensor_parallel_size``, the values of the keys the sweep guide (docs/sweep.md) names, and the device (one this
 machine has); ``cf-tasks eval`` makes the same checks with the same functions. The effective
 arguments are evaluation settings: they enter the store's settings hash, so results under
 ``dtype=bfloat16`` never mix with ``float32`` ones.
