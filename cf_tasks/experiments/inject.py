@@ -405,11 +405,14 @@ def inject(cfg: InjectConfig, base: Path, log=print) -> Path:
 
 
 def gate(cfg: InjectConfig, base: Path, injected: Path, log=print) -> dict:
-    """Measure the gate on the base and the phase-A model into ``OUT/phase_a/gate.json``."""
+    """Measure the gate's figures on the base and the phase-A model (once), judge them by the
+    study's thresholds, and write both to ``OUT/phase_a/gate.json``."""
     phase = Path(cfg.output_path) / "phase_a"
     path = phase / "gate.json"
     if path.is_file():
-        return json.loads(path.read_text())
+        result = judge(cfg, json.loads(path.read_text())["figures"])
+        store_json(path, result)
+        return result
     _threads()
     groups = load_groups(cfg.output_path)
     probe = read_jsonl(Path(cfg.output_path) / "data" / "loss_probe.jsonl")
@@ -431,6 +434,13 @@ def gate(cfg: InjectConfig, base: Path, injected: Path, log=print) -> dict:
         figures[f"{label}_loss_C"] = losses.get("C")
         figures[f"{label}_loss_CS"] = losses.get("CS")
     atomic_write(phase / "measure.csv", rows_to_csv(measured, MEASURE_COLUMNS))
+    result = judge(cfg, figures)
+    store_json(path, result)
+    return result
+
+
+def judge(cfg: InjectConfig, figures: dict) -> dict:
+    """The gate's checks of the measured ``figures`` at the study's thresholds."""
     checks = {
         "recall_T": (figures["phase_a_recall_T"] >= cfg.gate_recall, f">= {cfg.gate_recall}"),
         "recall_E": (figures["phase_a_recall_E"] >= cfg.gate_recall, f">= {cfg.gate_recall}"),
@@ -441,10 +451,8 @@ def gate(cfg: InjectConfig, base: Path, injected: Path, log=print) -> dict:
         "cs_condition": ((figures["phase_a_loss_S_of_T"] or 0) < (figures["phase_a_loss_C"] or 0),
                          "closed-book loss of T below the context-only loss of C points"),
     }
-    result = {"figures": figures, "checks": {k: {"met": bool(v[0]), "needs": v[1]} for k, v in checks.items()},
-              "met": all(v[0] for v in checks.values())}
-    store_json(path, result)
-    return result
+    return {"figures": figures, "checks": {k: {"met": bool(v[0]), "needs": v[1]} for k, v in checks.items()},
+            "met": all(v[0] for v in checks.values())}
 
 
 def gate_message(result: dict) -> str:
