@@ -135,7 +135,7 @@ def test_a_real_rise_without_a_fall_is_not_called_an_inversion_more_than_alpha()
 
 def test_a_planted_inversion_is_found_at_the_benchmarks_power(load_benchmark):
     """The benchmark's planted rise of 0.2 to checkpoint 3 and fall of 0.15 by the last of 10, 200
-    items: power about 0.98 alone and 0.87 as one of 24 series (docs/statistics.md); 80 series."""
+    items: power 0.98 alone and 0.79 as one of 24 series in the guide's table (400 series); here 80."""
     sim = load_benchmark("inversion_sim")
     x = sim.outcomes(np.random.default_rng(3), 80, 200, "difficulty", "rise_fall")
     assert x.shape == (80, 200, 10)
