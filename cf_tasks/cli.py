@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import UsageError
 from .files import writable_dir
+from .trackers import add_arguments as add_tracker_arguments
 
 ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
               "significant fall")
@@ -243,6 +244,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     metadata = _parse_metadata(args.metadata)
     given_args = _check_eval_arguments(args, tasks)
+    trackers = _check_trackers(args, eval_keys=True)
     # Built once: lm-eval's own index (~7 s) only when a task is not ours.
     tm = task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
     try:
@@ -287,6 +289,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
+    if trackers:
+        from .results import tidy_rows
+        from .trackers.reporter import report_eval
+
+        report_eval(trackers, tidy_rows(results))
     if args.output_path:
         from .results import save_results
 
@@ -300,6 +307,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return 1
         print(f"cf-tasks: results written to {path}", file=sys.stderr)
     return 0
+
+
+def _check_trackers(args: argparse.Namespace, eval_keys: bool = False) -> dict:
+    from .trackers import TrackerError, check
+
+    try:
+        return check(args.report_to, args.report_args, eval_keys, getattr(args, "output_path", None))
+    except TrackerError as err:
+        raise UsageError(str(err)) from None
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -344,7 +360,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         apply_chat_template=args.apply_chat_template, metadata=_parse_metadata(args.metadata),
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
         knowledge=not args.no_knowledge, agree=not args.no_agree, attention=args.attention, quiet=args.quiet,
-        timings=args.timings,
+        timings=args.timings, report_to=args.report_to, report_args=args.report_args,
     )
     try:
         failed = run_sweep(cfg)
@@ -623,6 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
                    action="store_const", const=False, help="raw prompts, also for the default model")
     p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)
     p.add_argument("--attention", action="store_true", help=ATTENTION_HELP)
+    add_tracker_arguments(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="score every checkpoint of a fine-tuning run (full or LoRA)")
@@ -668,6 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timings", action="store_true",
                    help="print the seconds of each phase (start-up, task index, datasets, model loads, evaluation, "
                         "writing, views) at the end, and write them to OUTPUT_PATH/timings/")
+    add_tracker_arguments(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="merge sweep outputs (e.g. shards), redraw the plot, rewrite summary.csv")
