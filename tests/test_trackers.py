@@ -60,23 +60,41 @@ def trackio_points(project: str, tag: str) -> list[tuple[int, float]]:
     return sorted((row["step"], row[tag]) for row in SQLiteStorage.get_logs(project, runs[0]) if tag in row)
 
 
-def wandb_points(out: Path, tag: str) -> list[tuple[int, float]]:
-    """Every history row of the W&B offline run files under ``out``, read with wandb's own datastore."""
-    import json
+def wandb_records(path: Path):
+    """The records of a W&B run file (``run-<id>.wandb``): LevelDB's log format (32 KiB blocks of
+    records with a 7-byte header: CRC, length, type) after a 7-byte ``:W&B`` header, each record one
+    ``wandb_internal_pb2.Record`` (wandb's own protobuf)."""
+    import struct
 
     from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", path
+    pos, block, pending = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            break
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):  # FULL or LAST: a whole record
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+def wandb_points(out: Path, tag: str) -> list[tuple[int, float]]:
+    """Every history row of the W&B offline run files under ``out``: (the step axis, the value)."""
+    import json
 
     found = []
     for path in sorted(out.rglob("*.wandb")):
-        ds = datastore.DataStore()
-        ds.open_for_scan(str(path))
-        while True:
-            data = ds.scan_data()
-            if data is None:
-                break
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
+        for record in wandb_records(path):
             if record.WhichOneof("record_type") == "history":
                 row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
                 if tag in row:
