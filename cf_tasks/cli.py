@@ -378,6 +378,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .sweep import SweepError, report
 
+    if args.compare:
+        from .sweep.compare import cmd_compare
+
+        return cmd_compare(args)
     outs = [Path(p) for p in args.outputs]
     if args.output_path is None and len(outs) > 1:
         raise UsageError(f"report would write the merged views into {outs[0]}, one of its inputs; pass "
@@ -542,6 +546,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from . import hub
     from .hub import PublishError
 
+    if args.results:
+        from .sweep.publish import cmd_publish_results
+
+        return cmd_publish_results(args)
     try:
         hub.check_repo_id(args.repo_id)
         if args.dry_run and not args.out:
@@ -590,7 +598,9 @@ def add_publish_parser(sub) -> None:
     p.add_argument("--revision", default="main", help="branch to commit to")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="builder seed")
     p.add_argument("--dry_run", "--dry-run", action="store_true", help="write the repository layout to --out; upload nothing")
-    p.add_argument("--out", default=None, help="folder for the layout (required with --dry_run)")
+    p.add_argument("--out", "--output_path", dest="out", default=None, help="folder for the layout (required with --dry_run)")
+    p.add_argument("--results", default=None, help="a sweep output folder: publish its results (sweep.csv, summary.csv, "
+                   "items.csv, the plot, the settings) instead of the datasets")
     p.add_argument("--quiet", action="store_true", help="no progress or summary output")
     p.set_defaults(func=cmd_publish)
 
@@ -700,6 +710,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixed_scorers", action="store_true",
                    help="report a task whose rows were scored by different scorer versions (drawn as one series per "
                         "version) instead of refusing")
+    p.add_argument("--compare", action="store_true", help="draw several studies' curves on one plot, OUTPUT_PATH/"
+                   "compare.png: sweep output folders, published folders or Hub dataset repos ORG/NAME")
+    p.add_argument("--mixed_versions", action="store_true",
+                   help="with --compare, draw studies of different dataset or scorer versions instead of refusing")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("experiment", help="the paper's experiments, reproduced")
