@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from .backends import ADAPTERS, TrackerError
+
 # What each tracker needs installed: the module it imports, and the extra of cf-tasks that installs it.
 TRACKERS = {
     "tensorboard": {"module": "tensorboard", "extra": "tensorboard"},
@@ -45,10 +47,6 @@ REPORT_TO_HELP = ("experiment trackers to log each checkpoint's metrics to, at i
 REPORT_ARGS_HELP = ("the trackers' run, as key=value pairs: project, run_name (every tracker), or "
                     "<tracker>.<key>: tensorboard.log_dir, wandb.{entity,id,mode,dir,group} (id joins that run), "
                     "mlflow.{tracking_uri,experiment_name,run_id} (run_id joins that run)")
-
-
-class TrackerError(ValueError):
-    """A bad --report_to or --report_args: one line naming the flag and the fix."""
 
 
 def parse_report_to(text: str | None) -> list[str]:
@@ -118,8 +116,6 @@ def check(report_to: str | None, report_args: str | None, eval_keys: bool = Fals
           out=None) -> dict[str, dict[str, str]]:
     """``--report_to`` and ``--report_args`` checked before any model loads: {tracker: its arguments}.
     ``out``: the output folder, where a tracker keeps its run by default."""
-    from .backends import ADAPTERS
-
     trackers = parse_report_to(report_to)
     for name in trackers:
         line = missing_extra(name)

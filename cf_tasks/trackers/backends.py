@@ -23,6 +23,10 @@ STEP_METRIC = "train/global_step"  # transformers' W&B integration's step axis: 
 SUMMARY_TAG = "cf_tasks/summary"
 
 
+class TrackerError(ValueError):
+    """A bad --report_to or --report_args: one line naming the flag and the fix."""
+
+
 def _digest(text: str, n: int = 16) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
@@ -161,8 +165,6 @@ class MLflow(Tracker):
 
     def check(self):
         from mlflow.tracking import MlflowClient
-
-        from . import TrackerError
 
         try:
             MlflowClient(tracking_uri=self.uri())  # builds the store: a refused or malformed URI fails here
