@@ -30,7 +30,7 @@ COMMON_KEYS = ("project", "run_name")
 TRACKER_KEYS = {
     "tensorboard": ("log_dir",),
     "wandb": ("project", "run_name", "entity", "id", "mode", "dir", "group"),
-    "mlflow": ("tracking_uri", "experiment_name", "run_id", "run_name"),
+    "mlflow": ("project", "run_name", "tracking_uri", "experiment_name", "run_id"),  # project: the experiment
     "trackio": ("project", "run_name"),
 }
 EVAL_KEYS = ("step",)  # cf-tasks eval only: the step its results are logged at (default 0)
