@@ -98,3 +98,31 @@ def test_compare_refuses_mixed_versions_in_one_line_unless_asked(studies, tmp_pa
     assert main(["report", "--compare", str(studies[0]), str(other), "--output_path", str(target),
                  "--mixed_versions"]) == 0
     assert (target / "compare.png").is_file()
+
+
+def test_an_upload_is_one_commit_of_the_dry_runs_files_without_the_token(studies, tmp_path, monkeypatch, capsys):
+    from unittest import mock
+
+    import huggingface_hub
+    from huggingface_hub import HfApi, constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    api = mock.create_autospec(HfApi, instance=True)
+    api.create_commit.return_value = mock.Mock(oid="abc123")
+    made = mock.create_autospec(HfApi, return_value=api)
+    monkeypatch.setattr(huggingface_hub, "HfApi", made)
+    assert main(["publish", "--results", str(studies[0]), "--repo_id", "my-org/study-a"]) == 0
+    made.assert_called_once_with(token=TOKEN)
+    api.create_repo.assert_called_once_with("my-org/study-a", repo_type="dataset", private=None, exist_ok=True)
+    (commit,) = api.create_commit.call_args_list
+    assert sorted(op.path_in_repo for op in commit.args[1]) == ["README.md", "inversion.png", "items.csv",
+                                                                 "settings.json", "summary.csv", "sweep.csv"]
+    assert "abc123" in capsys.readouterr().err
+
+
+def test_compare_of_an_unreachable_published_study_is_one_line(studies, tmp_path, capsys):
+    assert main(["report", "--compare", str(studies[0]), "my-org/not-here", "--output_path", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "my-org/not-here: cannot read the published study" in err[0], err
+    assert not (tmp_path / "c").exists()
