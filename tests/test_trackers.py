@@ -280,3 +280,19 @@ def test_eval_logs_its_results_once_at_the_given_step(tiny_model, tmp_path, caps
     assert code == 0, capsys.readouterr().err[-2000:]
     assert [s for s, _ in tensorboard_points(log_dir, "cf_capitals_mc/acc")] == [7]
     assert [s for s, _ in tensorboard_points(log_dir, "cf_capitals_mc/context_prob")] == [7]
+
+
+@needs["mlflow"]
+def test_a_sweep_joins_an_existing_mlflow_run(run3, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "trainer_mlruns").resolve().as_uri()
+    client = MlflowClient(tracking_uri=uri)
+    trainer_run = client.create_run(client.create_experiment("training")).info.run_id
+    client.log_metric(trainer_run, "loss", 1.5, step=100)
+    assert _sweep(run3, tmp_path / "out", "mlflow",
+                  report_args=f"mlflow.tracking_uri={uri},mlflow.run_id={trainer_run}") == 0
+    assert [m.step for m in client.get_metric_history(trainer_run, METRIC)] == STEPS
+    assert [m.value for m in client.get_metric_history(trainer_run, "loss")] == [1.5]  # the trainer's own, kept
+    assert len(client.search_runs([client.get_experiment_by_name("training").experiment_id])) == 1
