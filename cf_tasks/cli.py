@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import UsageError
 from .files import writable_dir
+from .trackers import add_arguments as add_tracker_arguments
 
 ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
               "significant fall at one peak, Holm-adjusted across the summary's series")
@@ -246,6 +247,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     metadata = _parse_metadata(args.metadata)
     given_args = _check_eval_arguments(args, tasks)
+    trackers = _check_trackers(args, eval_keys=True)
     # Built once: lm-eval's own index (~7 s) only when a task is not ours.
     tm = task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
     try:
@@ -290,6 +292,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
+    if trackers:
+        from .results import tidy_rows
+        from .trackers.reporter import report_eval
+
+        report_eval(trackers, tidy_rows(results))
     if args.output_path:
         from .results import save_results
 
@@ -303,6 +310,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return 1
         print(f"cf-tasks: results written to {path}", file=sys.stderr)
     return 0
+
+
+def _check_trackers(args: argparse.Namespace, eval_keys: bool = False) -> dict:
+    from .trackers import TrackerError, check
+
+    try:
+        return check(args.report_to, args.report_args, eval_keys, getattr(args, "output_path", None))
+    except TrackerError as err:
+        raise UsageError(str(err)) from None
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -358,7 +374,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
         peak_step=_parse_peak_step(args.peak_step),
         knowledge=not args.no_knowledge, agree=not args.no_agree, attention=args.attention, quiet=args.quiet,
-        timings=args.timings,
+        timings=args.timings, report_to=args.report_to, report_args=args.report_args,
     )
     try:
         failed = run_sweep(cfg)
@@ -376,6 +392,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .sweep import SweepError, report
 
+    if args.compare:
+        from .sweep.compare import cmd_compare
+
+        return cmd_compare(args)
     outs = [Path(p) for p in args.outputs]
     if args.output_path is None and len(outs) > 1:
         raise UsageError(f"report would write the merged views into {outs[0]}, one of its inputs; pass "
@@ -453,6 +473,10 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from . import hub
     from .hub import PublishError
 
+    if args.results:
+        from .sweep.publish import cmd_publish_results
+
+        return cmd_publish_results(args)
     try:
         hub.check_repo_id(args.repo_id)
         if args.dry_run and not args.out:
@@ -501,7 +525,9 @@ def add_publish_parser(sub) -> None:
     p.add_argument("--revision", default="main", help="branch to commit to")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="builder seed")
     p.add_argument("--dry_run", "--dry-run", action="store_true", help="write the repository layout to --out; upload nothing")
-    p.add_argument("--out", default=None, help="folder for the layout (required with --dry_run)")
+    p.add_argument("--out", "--output_path", dest="out", default=None, help="folder for the layout (required with --dry_run)")
+    p.add_argument("--results", default=None, help="a sweep output folder: publish its results (sweep.csv, summary.csv, "
+                   "items.csv, the plot, the settings) instead of the datasets")
     p.add_argument("--quiet", action="store_true", help="no progress or summary output")
     p.set_defaults(func=cmd_publish)
 
@@ -550,6 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
                    action="store_const", const=False, help="raw prompts, also for the default model")
     p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)
     p.add_argument("--attention", action="store_true", help=ATTENTION_HELP)
+    add_tracker_arguments(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="score every checkpoint of a fine-tuning run (full or LoRA)")
@@ -596,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timings", action="store_true",
                    help="print the seconds of each phase (start-up, task index, datasets, model loads, evaluation, "
                         "writing, views) at the end, and write them to OUTPUT_PATH/timings/")
+    add_tracker_arguments(p)
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("report", help="merge sweep outputs (e.g. shards), redraw the plot, rewrite summary.csv")
@@ -611,6 +639,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixed_scorers", action="store_true",
                    help="report a task whose rows were scored by different scorer versions (drawn as one series per "
                         "version) instead of refusing")
+    p.add_argument("--compare", action="store_true", help="draw several studies' curves on one plot, OUTPUT_PATH/"
+                   "compare.png: sweep output folders, published folders or Hub dataset repos ORG/NAME")
+    p.add_argument("--mixed_versions", action="store_true",
+                   help="with --compare, draw studies of different dataset or scorer versions instead of refusing")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("experiment", help="the paper's experiments, reproduced")

@@ -20,14 +20,14 @@ PACKAGES = ("cf_tasks", "dataset_builders")
 # (layer, closed, units)
 LAYERS: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
     ("cli: the command line", True, ("cf_tasks.cli",)),
-    ("studies: commands that run other commands", True, ("cf_tasks.experiments",)),
+    ("studies: commands that run other commands", True, ("cf_tasks.experiments", "cf_tasks.integrations")),
     ("commands: the sweep, the mitigations", True, ("cf_tasks.sweep", "cf_tasks.mitigations")),
     ("lm-eval runs: one model on some tasks (cf-tasks eval, each sweep checkpoint)", True, ("cf_tasks.evaluate",)),
     ("tasks: lm-eval hooks, scoring, results, checkpoints, the Hub copy of the datasets", False, (
         "cf_tasks.tasks", "cf_tasks.ic_recall", "cf_tasks.known", "cf_tasks.attention",
         "cf_tasks.results", "cf_tasks.scoring", "cf_tasks.checkpoints", "cf_tasks.default_model",
         "cf_tasks.dataset_cache",
-        "cf_tasks.hub")),
+        "cf_tasks.hub", "cf_tasks.trackers")),
     ("datasets: the builders and their fact tables", False, ("dataset_builders",)),
     ("base: files, errors, text, the task registry (the task families, the twin naming rule)", False,
      ("cf_tasks.files", "cf_tasks.errors", "cf_tasks.text", "cf_tasks.registry", "cf_tasks")),

@@ -1,7 +1,9 @@
 """examples/paper_scale: the LoRA fine-tuning script end to end on the tiny model and a small
 local Alpaca-style file, then `cf-tasks sweep` on its run folder."""
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +65,28 @@ def test_a_missing_data_file_is_one_line(tmp_path):
                            "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip().count("\n") == 0 and "--data" in done.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                    reason="tensorboard is not installed (pip install 'cf-tasks[tensorboard]')")
+def test_train_with_the_callback_reports_each_checkpoint_to_the_trainers_tensorboard(tiny_model, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    data = tmp_path / "alpaca.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", str(tiny_model), "--data", str(data), "--output_dir", str(run),
+         "--max_steps", "2", "--save_steps", "1", "--per_device_batch_size", "4", "--gradient_accumulation_steps", "1",
+         "--lora_rank", "4", "--max_length", "64", "--report_to", "tensorboard", "--cf_tasks", "cf_capitals_mc",
+         "--cf_limit", "2", "--cf_sweep_args", "--device cpu --no_agree"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TENSORBOARD_LOGGING_DIR": str(tmp_path / "tb")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(pd.read_csv(run / "cf_tasks" / "sweep.csv")["step"].unique()) == [1, 2]
+    steps = []
+    for events in (tmp_path / "tb").glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        if "eval/cf_capitals_mc/acc" in acc.Tags()["scalars"]:
+            steps += [e.step for e in acc.Scalars("eval/cf_capitals_mc/acc")]
+    assert sorted(steps) == [1, 2]

@@ -41,3 +41,5 @@ class SweepConfig:
     attention: bool = False  # also measure context_attention (cf_tasks.attention; hf backend only)
     timings: bool = False  # print and write the seconds of each phase (timings.py)
     quiet: bool = False  # print only failures: no progress bar, summary table or closing line
+    report_to: str | None = None  # experiment trackers, comma-separated (cf_tasks.trackers)
+    report_args: str | None = None  # their runs: key=value pairs (cf_tasks.trackers)

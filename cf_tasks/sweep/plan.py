@@ -30,7 +30,10 @@ from .stats import check_alpha
 from .model_args import check_batch_size, sweep_model_args
 from .store import split_results
 from .timings import Timings
-from .views import MANIFEST, format_summary, rebuild_views
+from .views import MANIFEST, format_summary, rebuild_views, sweep_rows
+from ..trackers import TrackerError
+from ..trackers import check as check_trackers
+from ..trackers.reporter import Reporter
 
 # The views (sweep.csv, the plot, the summary) are rebuilt after a scored checkpoint once this many
 # seconds have passed since their last rebuild, at the end of each --watch round and at the end:
@@ -408,6 +411,10 @@ class SweepRun:
         phase = self.timings.phase
         with phase("checks"):
             self.run_dir, self.out, self.model_args = check_arguments(cfg)
+            try:  # --report_to, --report_args: a tracker that is not installed names its extra
+                self.reporter = Reporter(check_trackers(cfg.report_to, cfg.report_args, out=self.out), self.out, log)
+            except TrackerError as err:
+                raise SweepError(str(err)) from None
         self.told: set[Path] = set()  # skipped names already listed
         if not cfg.watch and not discover(self.run_dir, cfg.base):
             count = self.tell_skipped()
@@ -588,6 +595,9 @@ class SweepRun:
         with self.timings.phase("views"):
             summary = rebuild_views(self.out, alpha=self.cfg.alpha, peak_step=self.cfg.peak_step)
         self.views_stale, self.views_at = False, time.monotonic()
+        if self.reporter:  # each result of this run's settings, once per tracker run (trackers/reporter.py)
+            with self.timings.phase("trackers"):
+                self.reporter.log_rows(sweep_rows(self.out), set(self.hashes.values()))
         return summary
 
     def evaluate(self, c: Checkpoint, cid: str, tasks: list[str]) -> tuple[dict | None, float, str | None]:
@@ -649,6 +659,10 @@ class SweepRun:
         """The views, the printed summary and the closing line; returns the number of this run's
         failed checkpoints."""
         summary = self.rebuild_views()
+        if self.reporter:
+            steps = [s.get("final_step") for s in summary.values() if s.get("final_step") is not None]
+            self.reporter.log_summary(summary, max(steps, default=0))
+            self.reporter.close()
         if not self.cfg.quiet:
             if summary:
                 self.log(format_summary(summary))

@@ -91,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_length", type=int, default=1024, help="tokens per example (longer ones are cut)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no_trl", action="store_true", help="use transformers' Trainer even when TRL is installed")
+    parser.add_argument("--report_to", default="none",
+                        help="the trainer's trackers, comma-separated (tensorboard, wandb, mlflow, trackio; default none)")
+    parser.add_argument("--cf_tasks", default=None,
+                        help="score each checkpoint on these cf-tasks tasks while training (CFTasksCallback, a "
+                             "separate process) and report the curves to --report_to at its step")
+    parser.add_argument("--cf_limit", type=float, default=None, help="items per task for --cf_tasks")
+    parser.add_argument("--cf_sweep_args", default="",
+                        help="more cf-tasks sweep flags for --cf_tasks, e.g. '--device cuda:1 --backend vllm'")
     args = parser.parse_args(argv)
 
     import torch
@@ -110,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         max_steps=args.max_steps, per_device_train_batch_size=args.per_device_batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps, save_strategy="steps",
         save_steps=args.save_steps, save_total_limit=None, logging_steps=10, lr_scheduler_type="linear",
-        bf16=bf16, seed=args.seed, report_to=[], remove_unused_columns=False,
+        bf16=bf16, seed=args.seed, remove_unused_columns=False,
+        report_to=[t for t in args.report_to.split(",") if t and t != "none"],
     )
     # a 3 % warmup (open-instruct's); transformers 5 takes a fraction as warmup_steps, 4.x as warmup_ratio
     import inspect
@@ -133,6 +142,15 @@ def main(argv: list[str] | None = None) -> int:
         trainer = SFTTrainer(model=model, args=SFTConfig(**common, dataset_kwargs={"skip_prepare_dataset": True}),
                              train_dataset=train, data_collator=collator, processing_class=tokenizer,
                              peft_config=lora_config(args))
+    if args.cf_tasks:
+        import shlex
+
+        from cf_tasks.integrations import CFTasksCallback
+
+        extra = shlex.split(args.cf_sweep_args)
+        backend = extra[extra.index("--backend") + 1] if "--backend" in extra else "hf"
+        extra = [a for i, a in enumerate(extra) if a != "--backend" and (i == 0 or extra[i - 1] != "--backend")]
+        CFTasksCallback.attach(trainer, tasks=args.cf_tasks, limit=args.cf_limit, sweep_args=extra, backend=backend)
     trainer.train()
     return 0
 
