@@ -162,3 +162,27 @@ def test_readme_commands_parse():
     for line in lines:
         args = build_parser().parse_args(shlex.split(line)[1:])
         assert args.func.__module__ == "cf_tasks.experiments.command" and args.output_path
+
+
+def test_a_rerun_with_other_settings_is_refused(study, tiny_model, capsys):
+    before = (study / "config.json").read_bytes()
+    for flag, value in (("--lr", "1e-4"), ("--steps", "6"), ("--limit", "2")):
+        rc = main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model),
+                   "--output_path", str(study), flag, value])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and "another --output_path" in err, (flag, err)
+        assert f"{flag[2:]}=" in err
+    assert (study / "config.json").read_bytes() == before
+
+
+def test_a_moved_study_resumed_counts_each_result_once(study, tiny_model, tmp_path):
+    import shutil
+
+    moved = tmp_path / "moved"
+    shutil.copytree(study, moved)
+    before = _csv(study / "report" / "curves.csv")
+    assert main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model),
+                 "--output_path", str(moved)]) == 0
+    after = _csv(moved / "report" / "curves.csv")
+    key = ("run", "step", "task", "metric")
+    assert sorted(tuple(r[k] for k in key) for r in after) == sorted(tuple(r[k] for k in key) for r in before)
