@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import UsageError
-from .files import writable_dir
+from .files import check_paths_given, writable_dir
 
 ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
               "significant fall")
@@ -56,8 +56,11 @@ def cmd_build_training(args: argparse.Namespace) -> int:
         raise UsageError(f"--format {fmt} does not apply to --for_training; choose {' or '.join(TRAINING_FORMATS)}")
     if args.dataset != "all":
         raise UsageError("--dataset does not apply to --for_training; choose the points with --kinds")
+    from dataset_builders.serialize import check_manifest_owner
+
     try:
-        kinds = parse_kinds(args.kinds) if args.kinds else DEFAULT_KINDS
+        kinds = parse_kinds(args.kinds) if args.kinds is not None else DEFAULT_KINDS
+        check_manifest_owner(Path(args.out), "kinds")
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = writable_dir(args.out)
@@ -78,14 +81,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import dataset_builders
-    from dataset_builders.serialize import FORMATS, sha256, write_dataset
+    from dataset_builders.serialize import FORMATS, check_manifest_owner, sha256, write_dataset
     from dataset_builders.validate import ValidationError, build_validated
 
     from .files import atomic_write
 
     if args.for_training:
         return cmd_build_training(args)
-    if args.kinds:
+    if args.kinds is not None:
         raise UsageError("--kinds applies only with --for_training; add --for_training or drop --kinds")
     args.format = args.format or FORMATS[0]
     if args.format not in FORMATS:
@@ -97,6 +100,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             dataset_builders.builder(name)
         except dataset_builders.UnknownDataset as err:
             raise UsageError(str(err)) from None
+    try:
+        check_manifest_owner(Path(args.out), "datasets")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     out = writable_dir(args.out)
     manifest = {"seed": args.seed, "format": args.format, "datasets": {}}
     start = time.perf_counter()
@@ -147,11 +154,14 @@ def _parse_metadata(text: str | None) -> dict | None:
         raise UsageError(f"--metadata is not valid JSON ({err.msg}); pass e.g. '{{\"seed\": 7}}'") from None
     if not isinstance(value, dict):
         raise UsageError("--metadata must be a JSON object, e.g. '{\"seed\": 7}'")
+    from .hub import PublishError, check_source
     from .tasks import check_metadata
 
     try:
         check_metadata(value, only_ours=False)  # the rest once the tasks are known
-    except ValueError as err:
+        if isinstance(value.get("hub_repo"), str):  # a refused copy is said before any model loads
+            check_source(value["hub_repo"], value.get("revision"))
+    except (ValueError, PublishError) as err:
         raise UsageError(str(err)) from None
     return value
 
@@ -312,6 +322,8 @@ def _parse_shard(text: str) -> tuple[int, int]:
             raise UsageError(str(err) if isinstance(err, SweepError) else
                              f"--shard auto: the Slurm array or RANK/WORLD_SIZE variables are not numbers ({err})") from None
     try:
+        if not text.isascii():  # int() reads other scripts' digits: "١/٢" is not what a scheduler writes
+            raise ValueError(text)
         index, count = (int(x) for x in text.split("/"))
     except ValueError:
         raise UsageError(f"--shard {text!r} is not I/N; pass e.g. --shard 0/2 for the first of two shards") from None
@@ -709,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_paths_given(args)
         return args.func(args)
     except UsageError as err:
         print(f"cf-tasks: error: {err}", file=sys.stderr)

@@ -126,9 +126,32 @@ class atomic_open:
             _named(value, self.path)
 
 
+# The path arguments of every command (dest -> how the user wrote it): an empty one would mean the
+# working folder (``Path("") == Path(".")``), so it is refused before any work.
+PATH_ARGUMENTS = {"output_path": ("--output_path", "pass a folder"), "out": ("--output_path", "pass a folder"),
+                  "report_path": ("--report_path", "pass a folder, or leave it out for the default"),
+                  "run_dir": ("RUN_DIR", "pass the run folder"), "outputs": ("OUTPUTS", "pass sweep output folders"),
+                  "data": ("DATA", "pass a JSONL file, a datasets folder or a Hub dataset id"),
+                  "base": ("--base", "pass the base model's folder or Hub id, or leave it out"),
+                  "model": ("--model", "pass a model folder, or leave it out for the default model")}
+
+
+def check_paths_given(args) -> None:
+    """A ``UsageError`` for the first path argument of ``args`` that is an empty string (or blanks)."""
+    for dest, (flag, fix) in PATH_ARGUMENTS.items():
+        if dest == "model" and getattr(args, "command", None) not in ("filter-data", "experiment"):
+            continue  # cf-tasks eval's --model is a model type, checked by its own command
+        value = getattr(args, dest, None)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not item.strip():
+                raise UsageError(f"{flag} is empty ({item!r}), which would mean the working folder; {fix}")
+
+
 def writable_dir(path: str, flag: str = "--output_path") -> Path:
     """The output folder ``path``, created if needed and checked writable; a ``UsageError`` naming
     ``flag`` when it cannot be written."""
+    if not str(path).strip():
+        raise UsageError(f"{flag} is empty, which would mean the working folder; pass a folder name")
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)

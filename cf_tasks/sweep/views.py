@@ -139,8 +139,10 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
         (tmp / "results.json").write_bytes((json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode())
         (tmp / "results.csv").write_bytes(rows_to_csv(tidy_rows(merged), TIDY_COLUMNS))
         (tmp / "sources.json").write_text(json.dumps(sources, indent=2) + "\n")
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError) and err.filename is None:  # a write on an open file names no path:
+            err.filename = str(tmp)  # the view's folder is named in the one-line error
         raise
     if final.exists():
         aside = parent / tmp_name(name)
