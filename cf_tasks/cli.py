@@ -20,6 +20,9 @@ ALPHA_HELP = ("significance level of the summary's paired tests: an inversion ne
 NO_KNOWLEDGE_HELP = ("skip the knowledge probe: by default each knowledge-conflict task's items are also asked "
                      "closed-book in the same pass, adding known_rate, known_counterfactual_acc, "
                      "known_parametric_acc and unknown_counterfactual_acc")
+MIXED_SCORERS_HELP = ("report a task whose rows were scored by different scorer versions instead of refusing: a "
+                      "checkpoint scored under several versions shows only its latest version's rows, so an older "
+                      "version's numbers of it leave the views")
 ATTENTION_HELP = ("also measure context_attention: the attention of the position that predicts the first answer "
                   "token on the context passage, per knowledge-conflict item (hf models only)")
 
@@ -692,8 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--items", action="store_true",
                    help="also write items.csv: one row per checkpoint x task x item with its outcome")
     p.add_argument("--mixed_scorers", action="store_true",
-                   help="report a task whose rows were scored by different scorer versions (drawn as one series per "
-                        "version) instead of refusing")
+                   help=MIXED_SCORERS_HELP)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("experiment", help="the paper's experiments, reproduced")

@@ -162,3 +162,81 @@ def writable_dir(path: str, flag: str = "--output_path") -> Path:
         reason = err.strerror or type(err).__name__
         raise UsageError(f"cannot write to output folder {out}: {reason}; choose a writable {flag}") from None
     return out
+
+
+# ---------------------------------------------------------------- one run's outputs, landing together
+
+
+class OutputLock:
+    """``with OutputLock(out, "filter-data"):`` one run of a command per output folder: an advisory
+    ``flock`` on ``out/.<command>.lock``, released when the process ends however it ends. A second
+    run into the folder gets a ``UsageError`` naming it."""
+
+    def __init__(self, out: Path, command: str):
+        self.path, self.command = Path(out) / f".{command}.lock", command
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise UsageError(f"--output_path {self.path.parent}: another cf-tasks {self.command} is writing there "
+                             "now; wait for it to finish or pass another --output_path") from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import fcntl
+
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def stage_dir(out: Path, label: str) -> Path:
+    """A temp folder inside ``out`` for one run's outputs, moved into place by ``publish``."""
+    stage = Path(out) / tmp_name(label)
+    stage.mkdir()
+    return stage
+
+
+def clean_stages(out: Path, label: str) -> None:
+    """The temp folders of ``label`` runs that died (call it under the folder's ``OutputLock``)."""
+    import shutil
+
+    for p in Path(out).glob(f".{label}.*{TMP_MARK}"):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def publish(stage: Path, out: Path, record_name: str, record: dict, names: set[str]) -> None:
+    """Move a run's staged outputs into ``out`` so that the folder never mixes two runs: the old
+    record (``record_name``, what the outputs are from) goes first, then every output of ``names``
+    that this run did not write (a stale plot, a view of another input kind), then the new files
+    come in, and the new record last. A folder without a record is a run cut short."""
+    import json
+    import shutil
+
+    out = Path(out)
+    try:
+        (out / record_name).unlink(missing_ok=True)
+        made = {p.name for p in stage.iterdir()}
+        for name in sorted(names - made - {record_name}):
+            old = out / name
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            elif old.exists() or old.is_symlink():
+                old.unlink()
+        for name in sorted(made):
+            target = out / name
+            if target.is_dir() and not target.is_symlink():
+                aside = out / tmp_name(name)
+                target.rename(aside)
+                os.replace(stage / name, target)
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                os.replace(stage / name, target)
+        atomic_write(out / record_name, (json.dumps(record, indent=2, sort_keys=True, default=str) + "\n").encode())
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

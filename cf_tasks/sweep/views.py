@@ -357,8 +357,8 @@ def _check_scorers(rows: list[dict], mixed: bool) -> None:
         task, found = sorted(mixed_tasks.items())[0]
         names = ", ".join("none recorded" if v is None else str(v) for v in sorted(found, key=lambda v: (v is None, str(v))))
         raise SweepError(f"{task}: rows scored by different scorer versions ({names}); re-run cf-tasks sweep into the "
-                         "older outputs (it rescores their stored samples) or pass --mixed_scorers to draw one series "
-                         "per version")
+                         "older outputs (it rescores their stored samples), or pass --mixed_scorers to report them anyway "
+                         "(a checkpoint scored under several versions then shows its latest version only)")
 
 
 def _read_sweep_json(path: Path) -> dict:
