@@ -51,17 +51,17 @@ def check_input_not_output(data: str, out: Path, names: set[str]) -> None:
     def within(a: Path, b: Path) -> bool:
         return a == b or b in a.parents
 
+    if path.is_dir() and within(dest, src):
+        raise GuardError(f"--output_path {out} is inside the input folder {data}, whose files it would change; "
+                         "pass an output folder outside it")
     for name in sorted(names):
         target = dest / name
-        if within(src, target) or (path.is_dir() and within(target, src)):
+        if within(src, target):
             raise GuardError(f"{data} would be replaced by this run's output {target}; {fix}")
         if path.is_file() and target.is_file() and os.path.samefile(path, target):
             raise GuardError(f"{data} is the same file as this run's output {target}; {fix}")
     if src.parent == dest and src.name.startswith("scoring-") and src.suffix == ".jsonl":
         raise GuardError(f"{data} is a scoring log of the output folder {out}, which this run appends to; {fix}")
-    if path.is_dir() and within(dest, src):
-        raise GuardError(f"--output_path {out} is inside the input folder {data}, whose files it would change; "
-                         "pass an output folder outside it")
 
 
 def check_device(device: str | None) -> None:
