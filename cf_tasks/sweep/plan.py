@@ -320,16 +320,18 @@ def shard_from_env(env: dict | None = None) -> tuple[int, int]:
 
 def check_bases(found: list[Checkpoint], base: str | None) -> None:
     """Before any task loads: LoRA adapters whose base model cannot be known (none in
-    adapter_config.json and no ``--base``) or found, when that holds for every adapter of the run
-    (one such adapter among good ones fails alone, as any bad checkpoint)."""
+    adapter_config.json and no ``--base``) or found, when the run holds nothing else (such an
+    adapter among checkpoints that can be scored fails alone, as any bad checkpoint)."""
     adapters = [c for c in found if c.kind == "lora"]
+    if not adapters or len(adapters) != len(found):
+        return
     without = [c for c in adapters if not c.base]
-    if adapters and len(without) == len(adapters):
+    if len(without) == len(adapters):
         names = ", ".join(c.path.name for c in without[:3]) + (", ..." if len(without) > 3 else "")
         raise SweepError(f"--base: the LoRA adapters ({names}) name no base model (no base_model_name_or_path in "
                          "adapter_config.json); pass --base with the base model's folder or Hub id")
     missing = {c.base for c in adapters if c.base and not model_exists(c.base)}
-    if adapters and missing and all(c.base in missing for c in adapters):
+    if missing and all(c.base in missing for c in adapters):
         where = "--base" if base else "the adapters' base_model_name_or_path"
         raise SweepError(f"{where} {sorted(missing)[0]}: no such model folder, nor a model in the local Hugging Face "
                          "cache; pass --base with the base model's folder")
