@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import UsageError
-from .files import check_paths_given, writable_dir
+from .files import check_not_empty, writable_dir
 
 ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
               "significant fall")
@@ -383,6 +383,10 @@ def cmd_report(args: argparse.Namespace) -> int:
                          f"--output_path NEW_FOLDER (or --output_path {outs[0]} to merge into it)")
     alpha = _parse_alpha(args.alpha)
     try:
+        if args.output_path:
+            from .sweep.plan import check_output_folder
+
+            check_output_folder(Path(args.output_path))
         report(outs, Path(args.output_path) if args.output_path else outs[0], alpha=alpha, items=args.items,
                mixed_scorers=args.mixed_scorers)
     except SweepError as err:
@@ -723,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_paths_given(args)
+        check_not_empty(args)
         return args.func(args)
     except UsageError as err:
         print(f"cf-tasks: error: {err}", file=sys.stderr)
@@ -731,6 +735,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cf-tasks: interrupted; finished files were kept", file=sys.stderr)
         return 130
+    except OSError as err:  # a full disk or a read-only folder in any command: one line, exit 1
+        return _write_failed(err)
 
 
 if __name__ == "__main__":

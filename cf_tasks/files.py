@@ -126,25 +126,37 @@ class atomic_open:
             _named(value, self.path)
 
 
-# The path arguments of every command (dest -> how the user wrote it): an empty one would mean the
-# working folder (``Path("") == Path(".")``), so it is refused before any work.
+# The path arguments of every command (dest -> how the user wrote it, the fix): an empty one would
+# mean the working folder (``Path("") == Path(".")``), so it is refused before any work.
 PATH_ARGUMENTS = {"output_path": ("--output_path", "pass a folder"), "out": ("--output_path", "pass a folder"),
                   "report_path": ("--report_path", "pass a folder, or leave it out for the default"),
                   "run_dir": ("RUN_DIR", "pass the run folder"), "outputs": ("OUTPUTS", "pass sweep output folders"),
                   "data": ("DATA", "pass a JSONL file, a datasets folder or a Hub dataset id"),
                   "base": ("--base", "pass the base model's folder or Hub id, or leave it out"),
                   "model": ("--model", "pass a model folder, or leave it out for the default model")}
+# Arguments whose empty value would silently mean their default.
+EMPTY_MEANS_DEFAULT = {"metadata": ("--metadata", "pass a JSON object, e.g. '{\"seed\": 7}', or leave it out"),
+                       "model_args": ("--model_args", "pass KEY=VALUE pairs, or leave it out"),
+                       "context_field": ("--context_field", "name the context's field, or leave it out for 'input'")}
 
 
-def check_paths_given(args) -> None:
-    """A ``UsageError`` for the first path argument of ``args`` that is an empty string (or blanks)."""
+def check_not_empty(args) -> None:
+    """A ``UsageError`` for the first path argument of ``args`` that is an empty string (or blanks),
+    or an argument whose empty value would silently mean its default."""
+    command = getattr(args, "command", None)
     for dest, (flag, fix) in PATH_ARGUMENTS.items():
-        if dest == "model" and getattr(args, "command", None) not in ("filter-data", "experiment"):
+        if dest == "model" and command not in ("filter-data", "experiment"):
             continue  # cf-tasks eval's --model is a model type, checked by its own command
+        if dest == "out" and command == "publish":
+            flag = "--out"
         value = getattr(args, dest, None)
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and not item.strip():
                 raise UsageError(f"{flag} is empty ({item!r}), which would mean the working folder; {fix}")
+    for dest, (flag, fix) in EMPTY_MEANS_DEFAULT.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"{flag} is empty ({value!r}); {fix}")
 
 
 def writable_dir(path: str, flag: str = "--output_path") -> Path:

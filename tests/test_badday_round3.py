@@ -287,3 +287,38 @@ def test_a_second_mechanism_run_into_a_busy_folder_is_refused(tmp_path, capsys):
         assert mechanism(out) == 2
     one_line(capsys, str(out), "another cf-tasks mechanism")
     assert not (out / "summary.csv").exists()
+
+
+def test_a_full_disk_during_build_is_one_line_exit_1_naming_the_folder(tmp_path, capsys):
+    import dataset_builders.serialize as serialize
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    with mock.patch.object(serialize, "atomic_write", autospec=True, side_effect=full):
+        assert main(["build", "--dataset", "cf_capitals", "--output_path", str(tmp_path / "d"), "--quiet"]) == 1
+    one_line(capsys, f"{tmp_path / 'd'}: cannot write there (No space left on device)", "free space")
+
+
+def test_report_into_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "f.csv").write_text("x\n")
+    assert main(["report", str(tmp_path / "a"), "--output_path", str(tmp_path / "f.csv")]) == 2
+    one_line(capsys, f"--output_path {tmp_path / 'f.csv'} is a file")
+    assert (tmp_path / "f.csv").read_text() == "x\n"
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["eval", "--model_args", "", "--tasks", "cf_capitals"], "--model_args"),
+    (["eval", "--metadata", " ", "--tasks", "cf_capitals"], "--metadata"),
+    (["sweep", "RUN", "--output_path", "o", "--metadata", ""], "--metadata"),
+    (["filter-data", "d.jsonl", "--output_path", "o", "--context_field", ""], "--context_field"),
+    (["publish", "--repo_id", "a/b", "--dry_run", "--out", ""], "--out"),
+])
+def test_an_empty_value_that_would_mean_the_default_is_refused(tmp_path, monkeypatch, capsys, argv, flag):
+    monkeypatch.chdir(tmp_path)
+    with mock.patch("cf_tasks.evaluate.run_lm_eval", autospec=True) as ran:
+        assert main(argv) == 2
+    ran.assert_not_called()
+    one_line(capsys, f"{flag} is empty")
+    assert list(tmp_path.iterdir()) == []

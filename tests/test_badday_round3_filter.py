@@ -255,3 +255,20 @@ def test_a_full_disk_while_writing_the_outputs_is_one_line_exit_1(models, tmp_pa
     one_line(capsys, f"{out}: cannot write there", "No space left", "free space")
     assert {k: v for k, v in snapshot(out).items() if not k.startswith("scoring-")} == \
         {k: v for k, v in before.items() if not k.startswith("scoring-")}
+
+
+def test_a_full_disk_while_scoring_names_the_output_folder(models, tmp_path, capsys):
+    import errno
+
+    out = tmp_path / "out"
+    real, calls = os.fsync, []
+
+    def fills_on_the_first_batch(fd):
+        calls.append(fd)
+        if len(calls) > 1:  # the scoring log's header is written; its first batch is not
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    with mock.patch.object(filt.os, "fsync", autospec=True, side_effect=fills_on_the_first_batch):
+        assert run(write_jsonl(tmp_path / "d.jsonl", rows()), models[0], out) == 1
+    one_line(capsys, f"{out}: cannot write there", "No space left")

@@ -495,10 +495,15 @@ def score_all(source, info, args, model_name, tokenizer, device, log, scores, ba
             sequences += [render(tokenizer, example, True), render(tokenizer, example, False)]
         losses = score_batch(model, sequences, pad_id)
         rows = [[e.id, losses[2 * i], losses[2 * i + 1]] for i, e in enumerate(pending)]
-        with open(log, "ab") as fh:  # one line a batch: a kill tears at most this line
-            fh.write((json.dumps({"batch": batch_no, "rows": rows}) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with open(log, "ab") as fh:  # one line a batch: a kill tears at most this line
+                fh.write((json.dumps({"batch": batch_no, "rows": rows}) + "\n").encode())
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:  # a full disk: the one-line error names the log's folder
+            if err.filename is None:
+                err.filename = str(log)
+            raise
         for ident, with_loss, without_loss in rows:
             scores[ident] = (with_loss, without_loss)
         bar.update(len(pending))

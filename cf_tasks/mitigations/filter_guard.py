@@ -42,6 +42,8 @@ def output_names(kept: str, dropped: str, fixed: tuple[str, ...]) -> set[str]:
 
 def check_input_not_output(data: str, out: Path, names: set[str]) -> None:
     """Refuse (``GuardError``) an input that this run's outputs would replace or sit inside."""
+    if out.exists() and not out.is_dir():
+        raise GuardError(f"--output_path {out} is a file, not a folder; pass a folder (it is created if missing)")
     path = Path(data).expanduser()
     if not path.exists():
         return  # a Hub dataset id
