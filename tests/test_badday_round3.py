@@ -322,3 +322,14 @@ def test_an_empty_value_that_would_mean_the_default_is_refused(tmp_path, monkeyp
     ran.assert_not_called()
     one_line(capsys, f"{flag} is empty")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_output_inside_a_checkpoint_folder_is_refused(base, tmp_path, capsys):
+    from tiny_model import build_full_checkpoint
+
+    ckpt = build_full_checkpoint(base, tmp_path / "run" / "checkpoint-1", 1)
+    with mock.patch("cf_tasks.registry.task_manager", autospec=True) as index:
+        assert main(["sweep", str(tmp_path / "run"), "--backend", "hf", "--output_path", str(ckpt / "eval")]) == 2
+    index.assert_not_called()
+    one_line(capsys, f"--output_path {ckpt / 'eval'} is inside the model folder {ckpt}")
+    assert not (ckpt / "eval").exists()

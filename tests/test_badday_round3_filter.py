@@ -272,3 +272,11 @@ def test_a_full_disk_while_scoring_names_the_output_folder(models, tmp_path, cap
     with mock.patch.object(filt.os, "fsync", autospec=True, side_effect=fills_on_the_first_batch):
         assert run(write_jsonl(tmp_path / "d.jsonl", rows()), models[0], out) == 1
     one_line(capsys, f"{out}: cannot write there", "No space left")
+
+
+def test_an_output_folder_inside_the_model_folder_is_refused(models, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(models[0], model)
+    assert run(write_jsonl(tmp_path / "d.jsonl", rows()), model, model / "filtered") == 2
+    one_line(capsys, f"--output_path {model / 'filtered'} is inside the model folder {model}")
+    assert not (model / "filtered").exists()

@@ -394,6 +394,7 @@ def run(args: argparse.Namespace) -> int:
     names = guard.output_names(KEPT, DROPPED, (SCORES, REPORT, HISTOGRAM))
     try:
         guard.check_input_not_output(args.data, out, names)
+        guard.check_output_outside_model(args.model, out)
         guard.check_device(args.device)
         if args.model is not None:
             guard.check_model_folder(args.model)

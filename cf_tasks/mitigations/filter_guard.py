@@ -66,6 +66,16 @@ def check_input_not_output(data: str, out: Path, names: set[str]) -> None:
         raise GuardError(f"{data} is a scoring log of the output folder {out}, which this run appends to; {fix}")
 
 
+def check_output_outside_model(model: str | None, out: Path) -> None:
+    """An output folder inside the model folder would change the model's content at each write."""
+    folder = Path(model).expanduser() if model else None
+    if folder is not None and folder.is_dir():
+        dest, src = out.expanduser().resolve(), folder.resolve()
+        if dest == src or src in dest.parents:
+            raise GuardError(f"--output_path {out} is inside the model folder {model}, whose content it would "
+                             "change; pass an output folder outside it")
+
+
 def check_device(device: str | None) -> None:
     if device is None:
         return

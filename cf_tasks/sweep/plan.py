@@ -151,6 +151,12 @@ def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
                                  "fix its permissions or move it out of the run folder") from None
     out = Path(cfg.output_path)
     check_output_folder(out)
+    inside = [p for p in [*(c for c in children if c.is_dir() and step_of(c.name) is not None),
+                          *([Path(cfg.base)] if cfg.base and Path(cfg.base).is_dir() else [])]
+              if p.resolve() == out.resolve() or p.resolve() in out.resolve().parents]
+    if inside:  # its files would be part of that model's content id, which then changes at each write
+        raise SweepError(f"--output_path {out} is inside the model folder {inside[0]}, whose content it would "
+                         "change; pass an output folder outside it")
     if out.is_dir() and (out / MANIFEST).is_file() and not (out / store.STORE).is_dir():
         raise SweepError(f"{out}: written by an older cf-tasks (a manifest but no store/); pass a new --output_path "
                          "(or move that folder aside) to sweep with the results store")
