@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import UsageError
-from .files import writable_dir
+from .files import check_not_empty, writable_dir
 from .trackers import add_arguments as add_tracker_arguments
 
 ALPHA_HELP = ("significance level of the summary's paired tests: an inversion needs a significant rise and a "
@@ -24,6 +24,9 @@ PEAK_STEP_HELP = ("test the rise (first -> peak) and the fall (peak -> final) at
 NO_KNOWLEDGE_HELP = ("skip the knowledge probe: by default each knowledge-conflict task's items are also asked "
                      "closed-book in the same pass, adding known_rate, known_counterfactual_acc, "
                      "known_parametric_acc and unknown_counterfactual_acc")
+MIXED_SCORERS_HELP = ("report a task whose rows were scored by different scorer versions instead of refusing: a "
+                      "checkpoint scored under several versions shows only its latest version's rows, so an older "
+                      "version's numbers of it leave the views")
 ATTENTION_HELP = ("also measure context_attention: the attention of the position that predicts the first answer "
                   "token on the context passage, per knowledge-conflict item (hf models only)")
 
@@ -60,8 +63,11 @@ def cmd_build_training(args: argparse.Namespace) -> int:
         raise UsageError(f"--format {fmt} does not apply to --for_training; choose {' or '.join(TRAINING_FORMATS)}")
     if args.dataset != "all":
         raise UsageError("--dataset does not apply to --for_training; choose the points with --kinds")
+    from dataset_builders.serialize import check_manifest_owner
+
     try:
-        kinds = parse_kinds(args.kinds) if args.kinds else DEFAULT_KINDS
+        kinds = parse_kinds(args.kinds) if args.kinds is not None else DEFAULT_KINDS
+        check_manifest_owner(Path(args.out), "kinds")
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = writable_dir(args.out)
@@ -82,14 +88,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import dataset_builders
-    from dataset_builders.serialize import FORMATS, sha256, write_dataset
+    from dataset_builders.serialize import FORMATS, check_manifest_owner, sha256, write_dataset
     from dataset_builders.validate import ValidationError, build_validated
 
     from .files import atomic_write
 
     if args.for_training:
         return cmd_build_training(args)
-    if args.kinds:
+    if args.kinds is not None:
         raise UsageError("--kinds applies only with --for_training; add --for_training or drop --kinds")
     args.format = args.format or FORMATS[0]
     if args.format not in FORMATS:
@@ -101,6 +107,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             dataset_builders.builder(name)
         except dataset_builders.UnknownDataset as err:
             raise UsageError(str(err)) from None
+    try:
+        check_manifest_owner(Path(args.out), "datasets")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     out = writable_dir(args.out)
     manifest = {"seed": args.seed, "format": args.format, "datasets": {}}
     start = time.perf_counter()
@@ -151,11 +161,14 @@ def _parse_metadata(text: str | None) -> dict | None:
         raise UsageError(f"--metadata is not valid JSON ({err.msg}); pass e.g. '{{\"seed\": 7}}'") from None
     if not isinstance(value, dict):
         raise UsageError("--metadata must be a JSON object, e.g. '{\"seed\": 7}'")
+    from .hub import PublishError, check_source
     from .tasks import check_metadata
 
     try:
         check_metadata(value, only_ours=False)  # the rest once the tasks are known
-    except ValueError as err:
+        if isinstance(value.get("hub_repo"), str):  # a refused copy is said before any model loads
+            check_source(value["hub_repo"], value.get("revision"))
+    except (ValueError, PublishError) as err:
         raise UsageError(str(err)) from None
     return value
 
@@ -331,6 +344,8 @@ def _parse_shard(text: str) -> tuple[int, int]:
             raise UsageError(str(err) if isinstance(err, SweepError) else
                              f"--shard auto: the Slurm array or RANK/WORLD_SIZE variables are not numbers ({err})") from None
     try:
+        if not text.isascii():  # int() reads other scripts' digits: "١/٢" is not what a scheduler writes
+            raise ValueError(text)
         index, count = (int(x) for x in text.split("/"))
     except ValueError:
         raise UsageError(f"--shard {text!r} is not I/N; pass e.g. --shard 0/2 for the first of two shards") from None
@@ -402,6 +417,10 @@ def cmd_report(args: argparse.Namespace) -> int:
                          f"--output_path NEW_FOLDER (or --output_path {outs[0]} to merge into it)")
     alpha, peak_step = _parse_alpha(args.alpha), _parse_peak_step(args.peak_step)
     try:
+        if args.output_path:
+            from .sweep.plan import check_output_folder
+
+            check_output_folder(Path(args.output_path))
         report(outs, Path(args.output_path) if args.output_path else outs[0], alpha=alpha, items=args.items,
                mixed_scorers=args.mixed_scorers, peak_step=peak_step)
     except SweepError as err:
@@ -637,8 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--items", action="store_true",
                    help="also write items.csv: one row per checkpoint x task x item with its outcome")
     p.add_argument("--mixed_scorers", action="store_true",
-                   help="report a task whose rows were scored by different scorer versions (drawn as one series per "
-                        "version) instead of refusing")
+                   help=MIXED_SCORERS_HELP)
     p.add_argument("--compare", action="store_true", help="draw several studies' curves on one plot, OUTPUT_PATH/"
                    "compare.png: sweep output folders, published folders or Hub dataset repos ORG/NAME")
     p.add_argument("--mixed_versions", action="store_true",
@@ -672,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_not_empty(args)
         return args.func(args)
     except UsageError as err:
         print(f"cf-tasks: error: {err}", file=sys.stderr)
@@ -679,6 +698,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cf-tasks: interrupted; finished files were kept", file=sys.stderr)
         return 130
+    except OSError as err:  # a full disk or a read-only folder in any command: one line, exit 1
+        return _write_failed(err)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,27 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def device_problem(device: str, label: str, fix_none: str = "") -> str | None:
+    """One line when ``device`` is no device, or one this machine does not have (``label`` names
+    the argument, e.g. ``--device cuda``); None when it can be used."""
+    import torch
+
+    try:
+        dev = torch.device(str(device))
+    except (RuntimeError, TypeError, ValueError):
+        return f"{label}: not a device; pass cpu, cuda, cuda:N or mps"
+    if dev.type == "cpu":
+        return None
+    module = torch.backends.mps if dev.type == "mps" else getattr(torch, dev.type, None)
+    available = getattr(module, "is_available", None)
+    if not (callable(available) and available()):
+        return f"{label}: this machine has no {dev.type} device; pass cpu{fix_none}"
+    count = getattr(module, "device_count", None)
+    if dev.index is not None and callable(count) and dev.index >= count():
+        return f"{label}: this machine has {count()} {dev.type} device(s), numbered from 0; pass {dev.type}:0"
+    return None
+
+
 def our_task_names() -> set[str]:
     from .registry import task_manager
 

@@ -126,9 +126,44 @@ class atomic_open:
             _named(value, self.path)
 
 
+# The path arguments of every command (dest -> how the user wrote it, the fix): an empty one would
+# mean the working folder (``Path("") == Path(".")``), so it is refused before any work.
+PATH_ARGUMENTS = {"output_path": ("--output_path", "pass a folder"), "out": ("--output_path", "pass a folder"),
+                  "report_path": ("--report_path", "pass a folder, or leave it out for the default"),
+                  "run_dir": ("RUN_DIR", "pass the run folder"), "outputs": ("OUTPUTS", "pass sweep output folders"),
+                  "data": ("DATA", "pass a JSONL file, a datasets folder or a Hub dataset id"),
+                  "base": ("--base", "pass the base model's folder or Hub id, or leave it out"),
+                  "model": ("--model", "pass a model folder, or leave it out for the default model")}
+# Arguments whose empty value would silently mean their default.
+EMPTY_MEANS_DEFAULT = {"metadata": ("--metadata", "pass a JSON object, e.g. '{\"seed\": 7}', or leave it out"),
+                       "model_args": ("--model_args", "pass KEY=VALUE pairs, or leave it out"),
+                       "context_field": ("--context_field", "name the context's field, or leave it out for 'input'")}
+
+
+def check_not_empty(args) -> None:
+    """A ``UsageError`` for the first path argument of ``args`` that is an empty string (or blanks),
+    or an argument whose empty value would silently mean its default."""
+    command = getattr(args, "command", None)
+    for dest, (flag, fix) in PATH_ARGUMENTS.items():
+        if dest == "model" and command not in ("filter-data", "experiment"):
+            continue  # cf-tasks eval's --model is a model type, checked by its own command
+        if dest == "out" and command == "publish":
+            flag = "--out"
+        value = getattr(args, dest, None)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not item.strip():
+                raise UsageError(f"{flag} is empty ({item!r}), which would mean the working folder; {fix}")
+    for dest, (flag, fix) in EMPTY_MEANS_DEFAULT.items():
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.strip():
+            raise UsageError(f"{flag} is empty ({value!r}); {fix}")
+
+
 def writable_dir(path: str, flag: str = "--output_path") -> Path:
     """The output folder ``path``, created if needed and checked writable; a ``UsageError`` naming
     ``flag`` when it cannot be written."""
+    if not str(path).strip():
+        raise UsageError(f"{flag} is empty, which would mean the working folder; pass a folder name")
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -139,3 +174,81 @@ def writable_dir(path: str, flag: str = "--output_path") -> Path:
         reason = err.strerror or type(err).__name__
         raise UsageError(f"cannot write to output folder {out}: {reason}; choose a writable {flag}") from None
     return out
+
+
+# ---------------------------------------------------------------- one run's outputs, landing together
+
+
+class OutputLock:
+    """``with OutputLock(out, "filter-data"):`` one run of a command per output folder: an advisory
+    ``flock`` on ``out/.<command>.lock``, released when the process ends however it ends. A second
+    run into the folder gets a ``UsageError`` naming it."""
+
+    def __init__(self, out: Path, command: str):
+        self.path, self.command = Path(out) / f".{command}.lock", command
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise UsageError(f"--output_path {self.path.parent}: another cf-tasks {self.command} is writing there "
+                             "now; wait for it to finish or pass another --output_path") from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import fcntl
+
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def stage_dir(out: Path, label: str) -> Path:
+    """A temp folder inside ``out`` for one run's outputs, moved into place by ``publish``."""
+    stage = Path(out) / tmp_name(label)
+    stage.mkdir()
+    return stage
+
+
+def clean_stages(out: Path, label: str) -> None:
+    """The temp folders of ``label`` runs that died (call it under the folder's ``OutputLock``)."""
+    import shutil
+
+    for p in Path(out).glob(f".{label}.*{TMP_MARK}"):
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def publish(stage: Path, out: Path, record_name: str, record: dict, names: set[str]) -> None:
+    """Move a run's staged outputs into ``out`` so that the folder never mixes two runs: the old
+    record (``record_name``, what the outputs are from) goes first, then every output of ``names``
+    that this run did not write (a stale plot, a view of another input kind), then the new files
+    come in, and the new record last. A folder without a record is a run cut short."""
+    import json
+    import shutil
+
+    out = Path(out)
+    try:
+        (out / record_name).unlink(missing_ok=True)
+        made = {p.name for p in stage.iterdir()}
+        for name in sorted(names - made - {record_name}):
+            old = out / name
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            elif old.exists() or old.is_symlink():
+                old.unlink()
+        for name in sorted(made):
+            target = out / name
+            if target.is_dir() and not target.is_symlink():
+                aside = out / tmp_name(name)
+                target.rename(aside)
+                os.replace(stage / name, target)
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                os.replace(stage / name, target)
+        atomic_write(out / record_name, (json.dumps(record, indent=2, sort_keys=True, default=str) + "\n").encode())
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

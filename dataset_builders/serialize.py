@@ -54,3 +54,25 @@ def write_dataset(items: list[Item], out_dir: Path, name: str, fmt: str) -> tupl
 def read_jsonl(path: Path) -> list[dict]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+MANIFEST_KEYS = {"datasets": "datasets (cf-tasks build)", "kinds": "training points (cf-tasks build --for_training)"}
+
+
+def check_manifest_owner(out_dir: Path, key: str) -> None:
+    """``ValueError`` (one line) when ``out_dir/manifest.json`` is not a manifest of the same kind of
+    build (``key``: ``datasets`` or ``kinds``): writing there would overwrite another build's
+    record of its files."""
+    path = Path(out_dir) / "manifest.json"
+    if not path.is_file():
+        return
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        manifest = None
+    if isinstance(manifest, dict) and key in manifest:
+        return
+    other = next((what for k, what in MANIFEST_KEYS.items() if isinstance(manifest, dict) and k in manifest),
+                 "files that cf-tasks build did not write")
+    raise ValueError(f"--output_path {out_dir}: its manifest.json records {other}, which this build would "
+                     "overwrite; pass another --output_path")

@@ -10,6 +10,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
+from cf_tasks import checkpoints
 from cf_tasks.sweep import store
 
 TENSORS = 33  # float32 tensors of 512 KiB: about 17 MB, well above any "small file" size
@@ -71,7 +72,7 @@ def test_an_unchanged_file_is_not_hashed_again_and_a_rewritten_one_is(tmp_path):
     a = _checkpoint(tmp_path / "checkpoint-1")
     out = tmp_path / "out"
     first = store.checkpoint_identity(a, "full", None, cache=out)
-    with mock.patch.object(store, "_full_digest", autospec=True, side_effect=store._full_digest) as hashed:
+    with mock.patch.object(checkpoints, "_full_digest", autospec=True, side_effect=checkpoints._full_digest) as hashed:
         assert store.checkpoint_identity(a, "full", None, cache=out) == first
         assert hashed.call_count == 0  # both files came from the cache
         f = a / "model.safetensors"

@@ -580,7 +580,7 @@ def base_model(cfg: InjectConfig) -> Path:
 
 def run_study(cfg: InjectConfig, log=print) -> int:
     """Every part in order; returns the number of failed sweep checkpoints. Raises GateFailed."""
-    from ..sweep.store import folder_identity
+    from ..checkpoints import folder_identity
 
     check_config(cfg)
     base = base_model(cfg)

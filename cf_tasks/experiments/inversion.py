@@ -554,7 +554,7 @@ def base_model(cfg: StudyConfig) -> Path:
 
 def run_study(cfg: StudyConfig, log=print) -> int:
     """Every part of the study; returns the number of failed checkpoints of the sweeps."""
-    from ..sweep.store import folder_identity
+    from ..checkpoints import folder_identity
 
     out = Path(cfg.output_path)
     base = base_model(cfg)

@@ -28,8 +28,8 @@ after ``r`` are ``sum_y sigma_y W_H^T W_V phi(y)`` with ``sigma_y = softmax_y(ph
   over the arm's fine-tuning set.
 
 ``run_study`` writes ``<arm>.csv`` (one row per step x seed), ``summary.csv`` (mean, standard
-deviation, min and max across seeds per arm x step x quantity) and ``<arm>.png`` to the output
-folder, all through the project's atomic writer. Deterministic given the seeds: every random draw
+deviation, min and max across seeds per arm x step x quantity), ``<arm>.png`` and ``mechanism.json``
+(the settings) to the output folder, all together once every arm has run. Deterministic given the seeds: every random draw
 uses a ``torch.Generator`` seeded by the run's seed.
 """
 
@@ -302,24 +302,46 @@ def plot_arm(summary: list[dict], arm: str) -> bytes:
     return buf.getvalue()
 
 
+RECORD = "mechanism.json"  # the settings the folder's outputs are from, written last
+
+
+def output_names(arms=ARMS) -> set[str]:
+    """Every file a study writes (with plots), so that a rerun removes what it does not write again."""
+    return {"summary.csv", *(f"{arm}.csv" for arm in arms), *(f"{arm}.png" for arm in arms)}
+
+
 def run_study(output_path: Path, seeds: list[int], cfg: MechanismConfig = MechanismConfig(),
               arms=ARMS, plots: bool = True) -> list[dict]:
     """Run every arm for every seed; write the CSVs (and plots) to ``output_path``; returns the
-    summary rows."""
-    from ..files import atomic_write
+    summary rows.
+
+    Nothing is written until every arm has run: the outputs are then staged in a temp folder and
+    land together (``cf_tasks.files.publish``) with ``mechanism.json``, the settings they are from,
+    written last. A rerun killed part way leaves the previous run's files as they were, and a rerun
+    with ``plots=False`` removes the previous plots; one run at a time per folder."""
+    from ..files import OutputLock, atomic_write, clean_stages, publish, stage_dir
 
     output_path = Path(output_path)
     output_path.mkdir(parents=True, exist_ok=True)
-    studies = [Study(cfg, seed) for seed in seeds]
-    all_rows = []
-    for arm in arms:
-        rows = [row for study in studies for row in finetune(study, arm)[0]]
-        atomic_write(output_path / f"{arm}.csv", _csv_bytes(rows, COLUMNS))
-        all_rows += rows
-    summary = summarise(all_rows)
-    atomic_write(output_path / "summary.csv",
-                 _csv_bytes(summary, ("arm", "step", "quantity", "n_seeds", "mean", "std", "min", "max")))
-    if plots:
-        for arm in arms:
-            atomic_write(output_path / f"{arm}.png", plot_arm(summary, arm))
+    with OutputLock(output_path, "mechanism"):
+        clean_stages(output_path, "mechanism")
+        studies = [Study(cfg, seed) for seed in seeds]
+        per_arm = {arm: [row for study in studies for row in finetune(study, arm)[0]] for arm in arms}
+        summary = summarise([row for rows in per_arm.values() for row in rows])
+        stage = stage_dir(output_path, "mechanism")
+        try:
+            for arm, rows in per_arm.items():
+                atomic_write(stage / f"{arm}.csv", _csv_bytes(rows, COLUMNS))
+            atomic_write(stage / "summary.csv",
+                         _csv_bytes(summary, ("arm", "step", "quantity", "n_seeds", "mean", "std", "min", "max")))
+            if plots:
+                for arm in arms:
+                    atomic_write(stage / f"{arm}.png", plot_arm(summary, arm))
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        record = {"seeds": list(seeds), "arms": list(arms), "plots": plots, "config": asdict(cfg)}
+        publish(stage, output_path, RECORD, record, output_names())
     return summary

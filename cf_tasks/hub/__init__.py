@@ -20,7 +20,7 @@ from .card import (
     render_card, size_category,
 )
 from .export import export
-from .load import MOVING_BRANCHES, check_pinned, load_published, repo_refs
+from .load import MOVING_BRANCHES, check_pinned, check_source, load_published, repo_refs
 from .repo import (
     CARD_FILE, DEFAULT_CONFIG, SPLIT, ConfigExport, Export, PublishError, check_repo_id, data_path, features, get_token,
     hub_error, redact,
@@ -30,7 +30,7 @@ from .upload import read_remote_card, upload
 __all__ = [
     "CARD_BEGIN", "CARD_END", "CARD_FILE", "CITATION", "DEFAULT_CONFIG", "FIELD_DOCS", "LANGUAGE", "LICENSE",
     "MOVING_BRANCHES", "PRETTY_NAME", "SIZE_CATEGORIES", "SPLIT", "TAGS", "TASK_CATEGORIES", "ConfigExport", "Export",
-    "PublishError", "card_body", "card_data", "card_text", "check_pinned", "check_repo_id", "citations", "data_path",
+    "PublishError", "card_body", "card_data", "card_text", "check_pinned", "check_repo_id", "check_source", "citations", "data_path",
     "dataset_infos", "export", "features", "get_token", "hub_error", "load_published", "merge_body", "merge_card",
     "merge_metadata", "metadata_configs", "read_remote_card", "redact", "render_card", "repo_refs", "size_category",
     "upload",

@@ -64,6 +64,20 @@ def repo_refs(hub_repo: str) -> tuple[frozenset[str], frozenset[str]]:
     return tags, frozenset(b.name for b in refs.branches)
 
 
+def check_source(hub_repo: str, revision: str | None) -> bool:
+    """``PublishError`` unless ``hub_repo`` is a local folder or a Hub repo id pinned at a commit
+    or tag (checked before any model loads); True for a local folder."""
+    if _is_local(hub_repo):
+        return True
+    try:
+        check_repo_id(hub_repo)
+    except PublishError:
+        raise PublishError(f"hub_repo {hub_repo!r} is neither a folder nor a Hub repo id ORG/NAME; "
+                           "fix hub_repo in --metadata") from None
+    check_pinned(hub_repo, revision)
+    return False
+
+
 def load_published(hub_repo: str, dataset: str, revision: str | None):
     """The ``test`` split of config ``dataset`` of a published copy, as a ``datasets.Dataset``.
 
@@ -75,15 +89,8 @@ def load_published(hub_repo: str, dataset: str, revision: str | None):
 
     import dataset_builders
 
-    local = _is_local(hub_repo)
-    if not local:
-        try:
-            check_repo_id(hub_repo)
-        except PublishError:
-            raise PublishError(f"hub_repo {hub_repo!r} is neither a folder nor a Hub repo id ORG/NAME; "
-                               "fix hub_repo in --metadata") from None
-        check_pinned(hub_repo, revision)
-    elif revision:
+    local = check_source(hub_repo, revision)
+    if local and revision:
         logger.info("hub_repo %s is a local folder; revision %r is ignored", hub_repo, revision)
     ds = datasets.load_dataset(str(Path(hub_repo).expanduser()) if local else hub_repo, dataset,
                                revision=None if local else revision, split=SPLIT)

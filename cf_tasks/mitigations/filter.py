@@ -15,6 +15,8 @@ scoring log in the output folder named by a hash of everything that moves a scor
 format, dtype, device, batch size); a rerun continues it, and other settings get another log.
 Examples without a context pass through (``--context_only`` drops them). Each pass over the input
 (scan, score, select, write) reads it as a stream, so only the ids and scores are held in memory.
+The checks before any work, the model's content id, the one-writer lock and the way the outputs
+land together are in ``filter_guard``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..files import atomic_open, atomic_write, tmp_name
+from ..files import OutputLock, atomic_open, atomic_write, clean_stages, publish, stage_dir, tmp_name, write_failure
+from . import filter_guard as guard
 
 SCORER_VERSION = 2  # bump when a change moves the losses: old scoring logs are then not reused
 BY = ("loss", "gap")
@@ -48,10 +51,15 @@ ALPACA_WITHOUT = ("Below is an instruction that describes a task. Write a respon
                   "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
 
 KEPT, DROPPED, SCORES, REPORT, HISTOGRAM = "kept", "dropped", "scores.parquet", "report.md", "gap_histogram.png"
+STAGE = "filter-data"  # the temp folder a run's outputs are written to before they land together
 
 
 class FilterError(Exception):
     """Bad input, printed as one line with exit code 2."""
+
+
+class FilterRunError(Exception):
+    """A failure during the run (the model does not load, the disk fills): one line, exit code 1."""
 
 
 @dataclass
@@ -92,8 +100,9 @@ class Source:
                     continue
                 try:
                     obj = json.loads(text)
-                except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                    reason = err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8"
+                except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+                    reason = err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8" if isinstance(
+                        err, UnicodeDecodeError) else "nested too deeply to read"
                     raise FilterError(f"{self.name} line {number}: not valid JSON ({reason}); fix or remove "
                                       "the line") from None
                 if not isinstance(obj, dict):
@@ -321,22 +330,6 @@ def scan(source: Source, fmt: str, context_field: str | None, tokenizer, window:
     return result
 
 
-def model_fingerprint(model: str) -> str:
-    path = Path(model)
-    if not path.is_dir():
-        return model
-    digest = hashlib.sha256()
-    for item in sorted(path.iterdir()):
-        if item.is_file():
-            stat = item.stat()
-            digest.update(f"{item.name}\0{stat.st_size}\0".encode())
-            if item.suffix == ".json":
-                digest.update(item.read_bytes())
-            else:
-                digest.update(str(stat.st_mtime_ns).encode())
-    return digest.hexdigest()
-
-
 def read_log(path: Path, identity: dict) -> tuple[dict[str, tuple[float, float]], int]:
     """The scores of a scoring log and its number of complete batches; a torn last line is ignored."""
     scores: dict[str, tuple[float, float]] = {}
@@ -393,13 +386,20 @@ def load_tokenizer(model: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     if not 0 <= args.drop < 1:
         raise FilterError(f"--drop {args.drop} is not a share in [0, 1); pass e.g. --drop 0.25")
     if args.batch_size < 1:
         raise FilterError(f"--batch_size {args.batch_size} must be at least 1")
     out = Path(args.output_path)
+    names = guard.output_names(KEPT, DROPPED, (SCORES, REPORT, HISTOGRAM))
+    try:
+        guard.check_input_not_output(args.data, out, names)
+        guard.check_output_outside_model(args.model, out)
+        guard.check_device(args.device)
+        if args.model is not None:
+            guard.check_model_folder(args.model)
+    except guard.GuardError as err:
+        raise FilterError(str(err)) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / ".cf-tasks-write-test", b"")
@@ -407,6 +407,14 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:
         raise FilterError(f"cannot write to output folder {out}: {err.strerror or type(err).__name__}; choose a "
                           "writable --output_path") from None
+    with OutputLock(out, "filter-data"):
+        clean_stages(out, STAGE)
+        return _run_locked(args, out, names)
+
+
+def _run_locked(args: argparse.Namespace, out: Path, names: set[str]) -> int:
+    from tqdm import tqdm
+
     model_name = args.model
     if model_name is None:
         from ..default_model import DefaultModelError, default_model_path
@@ -420,7 +428,7 @@ def run(args: argparse.Namespace) -> int:
     info = scan(source, args.format, args.context_field, tokenizer, window)
     device = args.device or ("cuda" if _cuda() else "cpu")
     identity = {
-        "scorer_version": SCORER_VERSION, "model": model_name, "model_files": model_fingerprint(model_name),
+        "scorer_version": SCORER_VERSION, "model": model_name, "model_files": guard.model_content_id(model_name),
         "data": source.fingerprint(), "format": info.fmt, "context_field": args.context_field,
         "template": "chat" if getattr(tokenizer, "chat_template", None) else "alpaca",
         "dtype": args.dtype, "device": device.split(":")[0], "batch_size": args.batch_size,
@@ -441,7 +449,15 @@ def run(args: argparse.Namespace) -> int:
             with_loss, without_loss = scores[example.id]
             rows.append((example.id, example.line, with_loss, without_loss))
     dropped = select(rows, args.drop, args.by)
-    write_outputs(source, info, args, rows, dropped, out, model_name)
+    stage = stage_dir(out, STAGE)
+    try:
+        write_outputs(source, info, args, rows, dropped, stage, model_name)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    record = {"settings": {"drop": args.drop, "by": args.by, "context_only": args.context_only,
+                           "split": args.split, "data": args.data}, "identity": identity, "scoring_log": log.name}
+    publish(stage, out, guard.RECORD, record, names - {guard.LOCK})
     if not args.quiet:
         no_context = info.total - info.with_context
         also = f" and the {no_context} without a context" if args.context_only else ""
@@ -463,8 +479,13 @@ def score_all(source, info, args, model_name, tokenizer, device, log, scores, ba
 
     if args.quiet:
         hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(model_name, dtype=resolve_dtype(args.dtype, device))
-    model.to(device).eval()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_name, dtype=resolve_dtype(args.dtype, device))
+        model.to(device).eval()
+    except Exception as err:  # transformers and torch raise many types for a model that cannot load
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise FilterRunError(f"--model {model_name}: the model does not load on {device} ({type(err).__name__}: "
+                             f"{reason}); check that it loads with transformers, or pass another --device") from None
     pad_id = next(i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if i is not None)
     bar = tqdm(total=info.with_context, initial=len(scores), desc="scoring", unit="example", disable=args.quiet)
     pending: list[Example] = []
@@ -475,10 +496,15 @@ def score_all(source, info, args, model_name, tokenizer, device, log, scores, ba
             sequences += [render(tokenizer, example, True), render(tokenizer, example, False)]
         losses = score_batch(model, sequences, pad_id)
         rows = [[e.id, losses[2 * i], losses[2 * i + 1]] for i, e in enumerate(pending)]
-        with open(log, "ab") as fh:  # one line a batch: a kill tears at most this line
-            fh.write((json.dumps({"batch": batch_no, "rows": rows}) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with open(log, "ab") as fh:  # one line a batch: a kill tears at most this line
+                fh.write((json.dumps({"batch": batch_no, "rows": rows}) + "\n").encode())
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:  # a full disk: the one-line error names the log's folder
+            if err.filename is None:
+                err.filename = str(log)
+            raise
         for ident, with_loss, without_loss in rows:
             scores[ident] = (with_loss, without_loss)
         bar.update(len(pending))
@@ -638,7 +664,18 @@ def add_parser(sub) -> None:
 def cmd_filter_data(args: argparse.Namespace) -> int:
     from ..errors import UsageError
 
+    import sys
+
     try:
         return run(args)
     except FilterError as err:
         raise UsageError(str(err)) from None
+    except FilterRunError as err:
+        print(f"cf-tasks: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # a disk that filled or a folder that turned read-only mid-run
+        line = write_failure(err)
+        if line is None:
+            raise
+        print(f"cf-tasks: error: {line}", file=sys.stderr)
+        return 1

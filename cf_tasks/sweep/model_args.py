@@ -148,24 +148,12 @@ def check_keys(args: dict[str, Any], backend: str) -> None:
 def check_device(device: str, where: str = "--device") -> None:
     """Refuse a device that is no device, or one this machine does not have (lm-eval would fail
     at each model's load, or run elsewhere)."""
-    import torch
+    from ..evaluate import device_problem
 
     label = f"{where}{device}" if where.endswith("=") else f"{where} {device}"
-    try:
-        dev = torch.device(str(device))
-    except (RuntimeError, TypeError, ValueError):
-        raise SweepError(f"{label}: not a device; pass cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cpu":
-        return
-    module = torch.backends.mps if dev.type == "mps" else getattr(torch, dev.type, None)
-    available = getattr(module, "is_available", None)
-    if not (callable(available) and available()):
-        fix = "pass cpu" + (" or leave it out" if where == "--device" else "")
-        raise SweepError(f"{label}: this machine has no {dev.type} device; {fix}")
-    count = getattr(module, "device_count", None)
-    if dev.index is not None and callable(count) and dev.index >= count():
-        raise SweepError(f"{label}: this machine has {count()} {dev.type} device(s), numbered from 0; "
-                         f"pass {dev.type}:0")
+    problem = device_problem(device, label, " or leave it out" if where == "--device" else "")
+    if problem:
+        raise SweepError(problem)
 
 
 def check_batch_size(value: int | str | None) -> None:

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from ..attention import UNAVAILABLE as ATTENTION_UNAVAILABLE
 from ..attention import setting as attention_setting
-from ..checkpoints import NAME_FORMS, Checkpoint, CheckpointError, check_weights, discover, settled, skipped, step_of
+from ..checkpoints import (
+    NAME_FORMS, Checkpoint, CheckpointError, check_weights, discover, model_exists, settled, skipped, step_of,
+)
 from ..evaluate import quiet_upstream
 from ..files import write_failure
 from ..known import agree_twin, probe_for
@@ -139,6 +141,9 @@ def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
     check_number("--lock_timeout", cfg.lock_timeout, 0, strict=True)
     check_number("--lora_group", cfg.lora_group, 1)
     check_number("--tensor_parallel_size", cfg.tensor_parallel_size, 1)
+    if cfg.tensor_parallel_size is not None and cfg.backend != "vllm":
+        raise SweepError(f"--tensor_parallel_size {cfg.tensor_parallel_size} applies to --backend vllm only (the "
+                         f"{cfg.backend} backend loads each model on one device); drop it or use --backend vllm")
     from ..tasks import check_metadata
 
     try:
@@ -162,6 +167,12 @@ def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
                                  "fix its permissions or move it out of the run folder") from None
     out = Path(cfg.output_path)
     check_output_folder(out)
+    inside = [p for p in [*(c for c in children if c.is_dir() and step_of(c.name) is not None),
+                          *([Path(cfg.base)] if cfg.base and Path(cfg.base).is_dir() else [])]
+              if p.resolve() == out.resolve() or p.resolve() in out.resolve().parents]
+    if inside:  # its files would be part of that model's content id, which then changes at each write
+        raise SweepError(f"--output_path {out} is inside the model folder {inside[0]}, whose content it would "
+                         "change; pass an output folder outside it")
     if out.is_dir() and (out / MANIFEST).is_file() and not (out / store.STORE).is_dir():
         raise SweepError(f"{out}: written by an older cf-tasks (a manifest but no store/); pass a new --output_path "
                          "(or move that folder aside) to sweep with the results store")
@@ -214,6 +225,10 @@ def load_task(tm, name: str) -> dict:
         with quiet_upstream():
             return tm.load([name])
     except Exception as err:  # lm-eval and datasets raise many types for a dataset they cannot load
+        from ..hub import PublishError
+
+        if isinstance(err, PublishError):  # a refused hub_repo: its own line says the cause and the fix
+            raise SweepError(f"task {name}: {err}") from None
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         offline = " (offline: the dataset must be in the local cache; load it once with the network on)" if (
             os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1") else ""
@@ -306,6 +321,11 @@ def shard_from_env(env: dict | None = None) -> tuple[int, int]:
     SLURM_ARRAY_TASK_MIN in steps of SLURM_ARRAY_TASK_STEP, of SLURM_ARRAY_TASK_COUNT), else from
     RANK/WORLD_SIZE (torchrun), else 0/1."""
     env = os.environ if env is None else env
+    names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP",
+             "RANK", "WORLD_SIZE")
+    bad = next((n for n in names if n in env and not str(env[n]).strip().isascii()), None)
+    if bad:  # int() would read other scripts' digits
+        raise ValueError(f"{bad}={env[bad]!r} is not in ASCII digits")
     if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
         index = (int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))) // int(
             env.get("SLURM_ARRAY_TASK_STEP", 1))
@@ -318,6 +338,25 @@ def shard_from_env(env: dict | None = None) -> tuple[int, int]:
         raise SweepError(f"--shard auto: index {index} is outside 0..{count - 1} (from the Slurm array or RANK/"
                          "WORLD_SIZE variables); pass --shard I/N")
     return index, count
+
+
+def check_bases(found: list[Checkpoint], base: str | None) -> None:
+    """Before any task loads: LoRA adapters whose base model cannot be known (none in
+    adapter_config.json and no ``--base``) or found, when the run holds nothing else (such an
+    adapter among checkpoints that can be scored fails alone, as any bad checkpoint)."""
+    adapters = [c for c in found if c.kind == "lora"]
+    if not adapters or len(adapters) != len(found):
+        return
+    without = [c for c in adapters if not c.base]
+    if len(without) == len(adapters):
+        names = ", ".join(c.path.name for c in without[:3]) + (", ..." if len(without) > 3 else "")
+        raise SweepError(f"--base: the LoRA adapters ({names}) name no base model (no base_model_name_or_path in "
+                         "adapter_config.json); pass --base with the base model's folder or Hub id")
+    missing = {c.base for c in adapters if c.base and not model_exists(c.base)}
+    if missing and all(c.base in missing for c in adapters):
+        where = "--base" if base else "the adapters' base_model_name_or_path"
+        raise SweepError(f"{where} {sorted(missing)[0]}: no such model folder, nor a model in the local Hugging Face "
+                         "cache; pass --base with the base model's folder")
 
 
 def _base_checkpoint(cfg: SweepConfig, checkpoints: list[Checkpoint]) -> Checkpoint | None:
@@ -416,11 +455,13 @@ class SweepRun:
             except TrackerError as err:
                 raise SweepError(str(err)) from None
         self.told: set[Path] = set()  # skipped names already listed
-        if not cfg.watch and not discover(self.run_dir, cfg.base):
+        found = discover(self.run_dir, cfg.base)
+        if not cfg.watch and not found:
             count = self.tell_skipped()
             listed = f"; {count} skipped name(s) listed above" if count else ""
             raise SweepError(f"{self.run_dir}: no checkpoint folders ({NAME_FORMS}){listed}; "
                              "point RUN_DIR at the training output folder")
+        check_bases(found, cfg.base)
         if not cfg.watch:
             check_peak_step_planned(cfg, self.run_dir)
         with phase("task index"):
@@ -433,7 +474,9 @@ class SweepRun:
         self.hashes = {t: store.settings_hash(s) for t, s in self.settings.items()}
         self.claim_key = store.settings_hash(self.hashes)
         try:
-            self.out.mkdir(parents=True, exist_ok=True)
+            # store/ from the start: a run that selects no checkpoint (a shard beyond the checkpoints,
+            # a --watch stopped before the first save) leaves a folder that the next sweep accepts.
+            (self.out / store.STORE).mkdir(parents=True, exist_ok=True)
             store.clean_leftovers(self.out, cfg.lock_timeout)
         except OSError as err:
             raise SweepError(f"--output_path {self.out}: {err.strerror or type(err).__name__}; "

@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from ..checkpoints import DIGEST, NOT_MODEL_FILES, file_digest, folder_identity  # noqa: F401  (the content ids)
 from ..files import HOST, atomic_write, tmp_name, tmp_owner
 from ..results import RESULT_KEYS_BY_TASK, group_members
 
@@ -59,9 +60,6 @@ CLAIMS = "claims"
 FAILURES = "failures"
 DIGESTS = "digests"
 DAMAGED = "damaged"
-CHUNK = 8 << 20  # bytes read per hash update
-DIGEST = "xxh3_128"  # the name of the file digest, stored with each cached digest
-NOT_MODEL_FILES = ("optimizer", "scheduler", "rng_state", "scaler", "trainer_state", "training_args")
 VIEWS_LOCK_TIMEOUT = 120.0
 HEARTBEAT = 30.0  # seconds between renewals of a held claim's time stamp
 STALE_HEARTBEATS = 10  # a claim with a heartbeat not renewed for this many periods is taken over
@@ -69,64 +67,6 @@ EMPTY_GRACE = 10.0  # seconds a claim file may stay empty (created, not yet writ
 
 
 # ---------------------------------------------------------------- identities
-def _full_digest(path: Path) -> bytes:
-    """XXH3-128 of every byte of ``path``: about ten times the speed of SHA-256 or BLAKE2b (a fast,
-    non-cryptographic hash is enough to tell checkpoints apart; nobody forges weights to collide)."""
-    import xxhash
-
-    h = xxhash.xxh3_128()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
-        while True:
-            n = fh.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
-    return h.digest()
-
-
-def _stamp(path: Path) -> dict:
-    st = os.stat(path)
-    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
-
-
-def file_digest(path: Path, cache: Path | None = None) -> bytes:
-    """The full digest of ``path``; with ``cache`` (a folder) reused while the file's path, size,
-    modification and change times and inode are those it was computed for."""
-    if cache is None:
-        return _full_digest(path)
-    stamp = _stamp(path)
-    entry = Path(cache) / f"{hashlib.sha256(stamp['path'].encode()).hexdigest()[:32]}.json"
-    try:
-        known = json.loads(entry.read_text())
-        if {k: known.get(k) for k in stamp} == stamp:
-            return bytes.fromhex(known[DIGEST])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass  # no entry, or one damaged: compute it again
-    digest = _full_digest(path)
-    if _stamp(path) == stamp:  # not rewritten while we read it
-        with contextlib.suppress(OSError):
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            write_json(entry, {**stamp, DIGEST: digest.hex()})
-    return digest
-
-
-def folder_identity(folder: Path, extra: str = "", cache: Path | None = None) -> str:
-    """A content id of a model folder: its model files' relative names, sizes and full digests
-    (optimizer and trainer state, hidden and temp files left out)."""
-    h = hashlib.sha256(extra.encode())
-    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        rel = f.relative_to(folder).as_posix()
-        if any(part.startswith(".") for part in rel.split("/")) or f.name.startswith(NOT_MODEL_FILES):
-            continue
-        size = f.stat().st_size
-        h.update(f"{rel}\0{size}\0".encode())
-        h.update(file_digest(f, cache))
-    return h.hexdigest()[:24]
-
-
 def checkpoint_identity(path: Path | None, kind: str, base: str | None, cache: Path | None = None) -> str:
     """The store id of a checkpoint: its content; a LoRA adapter's base model is part of it (the
     base's content too when it is a local folder). ``cache``: an output folder whose ``digests/``

@@ -140,8 +140,10 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
         (tmp / "results.json").write_bytes((json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode())
         (tmp / "results.csv").write_bytes(rows_to_csv(tidy_rows(merged), TIDY_COLUMNS))
         (tmp / "sources.json").write_text(json.dumps(sources, indent=2) + "\n")
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, OSError) and err.filename is None:  # a write on an open file names no path:
+            err.filename = str(tmp)  # the view's folder is named in the one-line error
         raise
     if final.exists():
         aside = parent / tmp_name(name)
@@ -365,8 +367,8 @@ def _check_scorers(rows: list[dict], mixed: bool) -> None:
         task, found = sorted(mixed_tasks.items())[0]
         names = ", ".join("none recorded" if v is None else str(v) for v in sorted(found, key=lambda v: (v is None, str(v))))
         raise SweepError(f"{task}: rows scored by different scorer versions ({names}); re-run cf-tasks sweep into the "
-                         "older outputs (it rescores their stored samples) or pass --mixed_scorers to draw one series "
-                         "per version")
+                         "older outputs (it rescores their stored samples), or pass --mixed_scorers to report them anyway "
+                         "(a checkpoint scored under several versions then shows its latest version only)")
 
 
 def _read_sweep_json(path: Path) -> dict:
