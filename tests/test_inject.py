@@ -190,3 +190,30 @@ def test_a_study_folder_keeps_its_design(study, tiny_model, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "holds a study of another design (inject)" in err and len(err.splitlines()) == 1
     assert (study / "config.json").read_bytes() == before
+
+
+def test_finish_closes_a_stopped_run_at_its_last_checkpoint(study, tiny_model, tmp_path, monkeypatch):
+    out = tmp_path / "closed"
+    shutil.copytree(study / "data", out / "data")
+    shutil.copytree(study / "phase_a", out / "phase_a")
+    cfg = inject.InjectConfig(output_path=out, model=str(tiny_model))
+    for key, value in inject.QUICK.items():
+        setattr(cfg, key, value)
+    real_step, calls = inject._step, []
+
+    def dying_step(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_step(*args)
+
+    monkeypatch.setattr(inject, "_step", dying_step)
+    with pytest.raises(KeyboardInterrupt):
+        inject.train_arm(cfg, "cs_heavy", 0, out / "phase_a" / "model", log=lambda *a: None)
+    assert inject.finish_early(cfg, "c_only", 0) is None  # never started: nothing to close
+    run_dir = inject.finish_early(cfg, "cs_heavy", 0, log=lambda *a: None)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert (info["steps"], info["planned_steps"]) == (2, 4)
+    assert (run_dir / "checkpoint-2" / "model.safetensors").is_file() and not (run_dir / "state").exists()
+    full = [r for r in _csv(study / "runs" / "cs_heavy-seed0" / "measure.csv") if int(r["step"]) <= 2]
+    assert _csv(run_dir / "measure.csv") == full

@@ -80,6 +80,7 @@ def inject_config(args: argparse.Namespace):
         value = getattr(args, key)
         if value is not None:
             setattr(cfg, key, value)
+    cfg.finish = args.finish
     try:
         inject.check_config(cfg)
     except StudyError as err:
@@ -90,7 +91,7 @@ def inject_config(args: argparse.Namespace):
 def lora_config(args: argparse.Namespace):
     from . import inversion
 
-    given = [k for k in INJECT_ONLY if getattr(args, k) is not None]
+    given = [k for k in INJECT_ONLY if getattr(args, k) is not None] + (["finish"] if args.finish else [])
     if given:
         raise UsageError(f"--{given[0]} applies to --design inject only; drop it or use --design inject")
     cfg = inversion.StudyConfig(output_path=Path(args.output_path))
@@ -210,6 +211,9 @@ def add_parser(experiments) -> None:
                    help="inject: highest mean M_C on the probe facts after phase A (0.35)")
     p.add_argument("--gate_n_shift", type=float, default=None,
                    help="inject: largest change of the control facts' M_C and recall in phase A (0.10)")
+    p.add_argument("--finish", action="store_true",
+                   help="inject: close each run at its last checkpoint instead of training further (stop its "
+                        "training process first), then sweep and report what was reached")
     p.add_argument("--report_path", default=None, help="where the report goes (default OUTPUT_PATH/report)")
     p.add_argument("--report_only", action="store_true",
                    help="only rebuild the report (tables, plots, CSVs) from a study's files")

@@ -91,6 +91,7 @@ class InjectConfig:
     quick: bool = False
     report_path: Path | None = None
     sweep: bool = True
+    finish: bool = False  # close each run at its last checkpoint instead of training further
 
     @property
     def report_dir(self) -> Path:
@@ -484,11 +485,12 @@ def train_arm(cfg: InjectConfig, arm: str, seed: int, injected: Path, log=print)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
         optimizer.load_state_dict(torch.load(state / "optimizer.pt", weights_only=True))
         first, measured, losses = saved["step"], saved["measure"], saved["loss"]
+        before = saved.get("seconds", 0.0)
         log(f"  {run}: resumed at step {first}")
     else:
         model, tokenizer = load_model(injected)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-        first, losses = 0, loss_rows(model, tokenizer, probe, run, 0)
+        first, before, losses = 0, 0.0, loss_rows(model, tokenizer, probe, run, 0)
         measured = measure_facts(model, tokenizer, groups, run, 0, cfg.measure_tokens, recall_groups=RECALLED)
         _link_model(injected, run_dir / "checkpoint-0")
     start = time.perf_counter()
@@ -502,7 +504,8 @@ def train_arm(cfg: InjectConfig, arm: str, seed: int, injected: Path, log=print)
             measured += measure_facts(model, tokenizer, groups, run, step, cfg.measure_tokens, recall_groups=RECALLED)
             if step % cfg.sweep_every == 0 or step == cfg.steps:
                 _save_model(model, tokenizer, run_dir / f"checkpoint-{step}")
-            _save_state(model, tokenizer, optimizer, state, step, measured, losses)
+            _save_state(model, tokenizer, optimizer, state, step, measured, losses,
+                        round(before + time.perf_counter() - start, 1))
             known_e = [r for r in measured if r["step"] == step and r["group"] == "E"]
             log(f"  {run}: step {step}/{cfg.steps}, loss {value:.3f}, M_C(E) "
                 f"{sum(r['mc'] for r in known_e) / max(1, len(known_e)):.3f}, "
@@ -511,8 +514,33 @@ def train_arm(cfg: InjectConfig, arm: str, seed: int, injected: Path, log=print)
     atomic_write(run_dir / "loss.csv", rows_to_csv(losses, LOSS_COLUMNS))
     store_json(run_dir / "run.json", {"arm": arm, "seed": seed, "steps": cfg.steps, "lr": cfg.lr,
                                       "batch_size": cfg.batch_size, "points": _counts(points),
-                                      "seconds": round(time.perf_counter() - start, 1)})
+                                      "seconds": round(before + time.perf_counter() - start, 1)})
     shutil.rmtree(state, ignore_errors=True)
+    return run_dir
+
+
+def finish_early(cfg: InjectConfig, arm: str, seed: int, log=print) -> Path | None:
+    """Close a run at its last checkpoint (``--finish``, with its training process stopped): its
+    files as a finished run's, the step it reached beside the steps planned, and that checkpoint's
+    model kept for the sweep. None when the run has no checkpoint yet."""
+    run = run_name(arm, seed)
+    run_dir = Path(cfg.output_path) / "runs" / run
+    state = run_dir / "state"
+    if (run_dir / "run.json").is_file():
+        return run_dir
+    if not (state / "state.json").is_file():
+        return None
+    saved = json.loads((state / "state.json").read_text())
+    step = saved["step"]
+    _link_model(state / "model", run_dir / f"checkpoint-{step}")
+    points = read_jsonl(Path(cfg.output_path) / "data" / f"mix_{arm}.jsonl")
+    atomic_write(run_dir / "measure.csv", rows_to_csv(saved["measure"], MEASURE_COLUMNS))
+    atomic_write(run_dir / "loss.csv", rows_to_csv(saved["loss"], LOSS_COLUMNS))
+    store_json(run_dir / "run.json", {"arm": arm, "seed": seed, "steps": step, "planned_steps": cfg.steps,
+                                      "lr": cfg.lr, "batch_size": cfg.batch_size, "points": _counts(points),
+                                      "seconds": saved.get("seconds")})
+    shutil.rmtree(state, ignore_errors=True)
+    log(f"  {run}: closed at step {step} of {cfg.steps}")
     return run_dir
 
 
@@ -535,7 +563,8 @@ def _link_model(src: Path, dest: Path) -> None:
     tmp.rename(dest)
 
 
-def _save_state(model, tokenizer, optimizer, state: Path, step: int, measured: list, losses: list) -> None:
+def _save_state(model, tokenizer, optimizer, state: Path, step: int, measured: list, losses: list,
+                seconds: float) -> None:
     import torch
 
     tmp = state.parent / tmp_name("state")
@@ -543,7 +572,8 @@ def _save_state(model, tokenizer, optimizer, state: Path, step: int, measured: l
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, "measure": measured, "loss": losses}))
+    (tmp / "state.json").write_text(json.dumps({"step": step, "measure": measured, "loss": losses,
+                                                "seconds": seconds}))
     old = state.parent / tmp_name("state-old")
     if state.exists():
         state.rename(old)
@@ -598,7 +628,13 @@ def run_study(cfg: InjectConfig, log=print) -> int:
     failed = 0
     for seed in cfg.seeds:
         for arm in cfg.arms:
-            run_dir = train_arm(cfg, arm, seed, injected, log)
+            if cfg.finish:
+                run_dir = finish_early(cfg, arm, seed, log)
+                if run_dir is None:
+                    log(f"  {run_name(arm, seed)}: no checkpoint yet, nothing to close")
+                    continue
+            else:
+                run_dir = train_arm(cfg, arm, seed, injected, log)
             if cfg.sweep:
                 failed += sweep_arm(cfg, run_dir, chat)
     return failed

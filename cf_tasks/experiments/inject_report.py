@@ -29,6 +29,7 @@ from .inversion import fmt_number, md_table, read_jsonl
 RAW = ("measure.csv", "loss.csv", "gate.json", "epochs.csv", "data.csv", "runs.csv", "sweep.csv",
        "sweep_summary.csv", "settings.json")
 CONTROL = "c_only"
+RUN_COLUMNS = ("run", "arm", "seed", "steps", "planned_steps", "lr", "batch_size", "points", "seconds")
 PEAK_SHARE = 0.9  # the declared peak: the control reaches this share of its largest rise
 SWEEP_COLUMNS = ("run", "step", "task", "metric", "value", "stderr", "n", "version", "scorer_version")
 SWEEP_METRICS = ("counterfactual_acc", "parametric_acc", "known_rate", "known_counterfactual_acc",
@@ -104,13 +105,13 @@ def collect(out: Path, target: Path) -> None:
             measured += _read_csv(run_dir / "measure.csv")
             losses += _read_csv(run_dir / "loss.csv")
             info = json.loads((run_dir / "run.json").read_text())
-            runs.append({"run": run_dir.name, **{k: info[k] for k in ("arm", "seed", "steps", "lr", "batch_size",
-                                                                      "seconds")},
+            runs.append({"run": run_dir.name, **{k: info.get(k) for k in ("arm", "seed", "steps", "lr", "batch_size",
+                                                                          "seconds")},
+                         "planned_steps": info.get("planned_steps", info["steps"]),
                          "points": " ".join(f"{k}:{v}" for k, v in info["points"].items())})
     atomic_write(target / "measure.csv", rows_to_csv(measured, MEASURE_COLUMNS))
     atomic_write(target / "loss.csv", rows_to_csv(losses, LOSS_COLUMNS))
-    atomic_write(target / "runs.csv", rows_to_csv(runs, ("run", "arm", "seed", "steps", "lr", "batch_size",
-                                                         "points", "seconds")))
+    atomic_write(target / "runs.csv", rows_to_csv(runs, RUN_COLUMNS))
     sweeps = out / "sweeps"
     if (sweeps / "sweep.json").is_file():
         from ..sweep.views import rebuild_views
@@ -301,8 +302,9 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
                   f"Gate met: {'yes' if gate['met'] else 'NO'}.", ""]
     runs = _read_csv(source / "runs.csv")
     if runs:
-        parts += ["## Phase B runs", "", md_table(runs, ("run", "arm", "seed", "steps", "lr", "batch_size", "points",
-                                                         "seconds")), ""]
+        parts += ["## Phase B runs", "", "`steps`: the steps trained; `planned_steps`: the study's setting "
+                  "(a run closed early with `--finish` stops at its last checkpoint).", "",
+                  md_table(runs, RUN_COLUMNS), ""]
     if curve:
         shown = [c for c in curve if c["run"] not in ("base", "phase_a")]
         parts += ["## M_C and recall at every checkpoint (mc_curves.csv)", "",

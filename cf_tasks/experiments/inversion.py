@@ -511,7 +511,7 @@ def add_time(out: Path, part: str, seconds: float) -> None:
 
 
 # What does not move a number: where things are, which runs this invocation adds, how much it prints.
-NOT_SETTINGS = frozenset({"output_path", "model", "arms", "seeds", "report_path", "quick", "sweep"})
+NOT_SETTINGS = frozenset({"output_path", "model", "arms", "seeds", "report_path", "quick", "sweep", "finish"})
 
 
 def settings_of(cfg) -> dict:
