@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +11,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The tests' validated dataset builds are cached in a folder of their own, never the user's cache
+# (a test run neither reads a user's builds nor leaves its own behind); subprocesses inherit it.
+_TEST_CACHE = tempfile.mkdtemp(prefix="cf-tasks-test-datasets-")
+os.environ["CF_TASKS_DATASET_CACHE"] = _TEST_CACHE
+atexit.register(shutil.rmtree, _TEST_CACHE, True)
 sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -128,3 +128,13 @@ def test_a_read_only_cache_folder_still_gives_the_build(cache):
         cache.chmod(0o755)
     assert write.call_count == 1 and len(items) > 100
     assert list(cache.iterdir()) == []
+
+
+def test_the_suite_never_uses_the_users_cache():
+    from pathlib import Path
+
+    from cf_tasks.dataset_cache import cache_dir
+    from cf_tasks.default_model import cache_root
+
+    folder = cache_dir()
+    assert folder is not None and Path(cache_root()) not in folder.parents and folder.name.startswith("cf-tasks-test")

@@ -217,3 +217,24 @@ def test_finish_closes_a_stopped_run_at_its_last_checkpoint(study, tiny_model, t
     assert (run_dir / "checkpoint-2" / "model.safetensors").is_file() and not (run_dir / "state").exists()
     full = [r for r in _csv(study / "runs" / "cs_heavy-seed0" / "measure.csv") if int(r["step"]) <= 2]
     assert _csv(run_dir / "measure.csv") == full
+
+
+def test_committed_study_renders_to_its_own_bytes(tmp_path):
+    from conftest import ROOT
+
+    committed = ROOT / "docs" / "reproduction" / "inversion"
+    inject_report.render(committed, tmp_path)
+    for name in ("results.md", "mc_curves.csv", "tests.csv", "peak.json"):
+        assert (tmp_path / name).read_bytes() == (committed / name).read_bytes(), name
+
+
+def test_the_reproduction_guide_types_no_figure_of_the_study():
+    import re
+
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "reproduction.md").read_text()
+    start = text.index("## A positive control on a real transformer")
+    section = text[start:text.index("\n## ", start + 10)]
+    prose = re.sub(r"```.*?```|<!--.*?-->", "", section, flags=re.S)
+    assert not re.findall(r"\d\.\d|\d+ of \d+|\bp\s*[=<]", prose), "figures belong in the generated results.md"
