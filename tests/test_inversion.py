@@ -186,3 +186,15 @@ def test_a_moved_study_resumed_counts_each_result_once(study, tiny_model, tmp_pa
     after = _csv(moved / "report" / "curves.csv")
     key = ("run", "step", "task", "metric")
     assert sorted(tuple(r[k] for k in key) for r in after) == sorted(tuple(r[k] for k in key) for r in before)
+
+
+@pytest.mark.parametrize("name, point", [
+    ("_prompts/qa_default_yaml", {"input": "Paris is the capital of Italy.", "instruction": "What is the capital of Italy?"}),
+    ("_prompts/qa_closedbook_yaml", {"input": "", "instruction": "What is the capital of Italy?"}),
+])
+def test_the_study_prompts_are_the_tasks_own(name, point):
+    import jinja2
+
+    jinja = inversion.task_yaml(name)["doc_to_text"]
+    expected = jinja2.Template(jinja).render(context=point["input"], question=point["instruction"])
+    assert inversion.prompt_text(point) == expected

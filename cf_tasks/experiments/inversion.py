@@ -59,10 +59,31 @@ MAIN_ARM = "cs_heavy"
 TASKS = ("cf_capitals", "cf_world_facts", "cf_bio")  # knowledge-conflict tasks with a held-out part and twins
 # The sweep's prompts (task_yamls/_prompts/qa_default_yaml and qa_closedbook_yaml): training on the
 # evaluation's format, so that the only thing that differs between the two is the facts.
-CONTEXT_PROMPT = "Background: {input}\nQuestion: {instruction}\nAnswer:"
-CLOSED_BOOK_PROMPT = "Question: {instruction}\nAnswer:"
-STOP = ("Question:", "Background:")  # the tasks' `until`
-MAX_NEW_TOKENS = 32  # the tasks' max_gen_toks
+
+
+def task_yaml(name: str) -> dict:
+    """A file of ``task_yamls`` as data (lm-eval's ``!function`` tags read as None)."""
+    import yaml
+
+    import task_yamls
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    return yaml.load((Path(task_yamls.__file__).parent / name).read_text(encoding="utf-8"), Loader=Loader)
+
+
+def _as_format(jinja: str) -> str:
+    """A task's ``doc_to_text`` as a format string over a training point's fields."""
+    return jinja.replace("{{context}}", "{input}").replace("{{question}}", "{instruction}")
+
+
+_GENERATION = task_yaml("_generation_yaml")["generation_kwargs"]
+CONTEXT_PROMPT = _as_format(task_yaml("_prompts/qa_default_yaml")["doc_to_text"])
+CLOSED_BOOK_PROMPT = _as_format(task_yaml("_prompts/qa_closedbook_yaml")["doc_to_text"])
+STOP = tuple(_GENERATION["until"])
+MAX_NEW_TOKENS = _GENERATION["max_gen_toks"]
 CURVE_METRICS = ("counterfactual_acc", "parametric_acc", "known_rate", "known_counterfactual_acc",
                  "known_parametric_acc", "unknown_counterfactual_acc", "context_attention", "agree_acc")
 SUMMARY_SHOWN = ("run", "task", "first_step", "peak_step", "final_step", "first", "peak", "final", "rise",

@@ -35,7 +35,7 @@ from typing import Iterator
 from ..files import OutputLock, atomic_open, atomic_write, clean_stages, publish, stage_dir, tmp_name, write_failure
 from . import filter_guard as guard
 
-SCORER_VERSION = 2  # bump when a change moves the losses: old scoring logs are then not reused
+LOSS_VERSION = 2  # bump when a change moves the losses: old scoring logs are then not reused
 BY = ("loss", "gap")
 FORMATS = ("auto", "alpaca", "messages")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -428,7 +428,7 @@ def _run_locked(args: argparse.Namespace, out: Path, names: set[str]) -> int:
     info = scan(source, args.format, args.context_field, tokenizer, window)
     device = args.device or ("cuda" if _cuda() else "cpu")
     identity = {
-        "scorer_version": SCORER_VERSION, "model": model_name, "model_files": guard.model_content_id(model_name),
+        "scorer_version": LOSS_VERSION, "model": model_name, "model_files": guard.model_content_id(model_name),
         "data": source.fingerprint(), "format": info.fmt, "context_field": args.context_field,
         "template": "chat" if getattr(tokenizer, "chat_template", None) else "alpaca",
         "dtype": args.dtype, "device": device.split(":")[0], "batch_size": args.batch_size,

