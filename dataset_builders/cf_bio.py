@@ -64,6 +64,10 @@ DECLARATIVE = {
         "{Who} {is} {a_nationality} {domain} born in {birth_year}.",
         "{Who}, {a_nationality} {domain}, was born in {birth_year}.",
         "Born in {birth_year}, {who} {is} {a_nationality} {domain}.",
+        "The {nationality} {domain} {who} was born in {birth_year}.",
+        "{Who}, born in {birth_year}, {is} among the most celebrated {nationality} {domains}.",
+        "Few {nationality} {domains} are as famous as {who}, who was born in {birth_year}.",
+        "The life of {who}, {a_nationality} {domain}, began in {birth_year}.",
     ),
     # With places shown, the opening leaves the year to the birth sentence (no "born in" twice).
     "open_before_place": (
@@ -71,43 +75,85 @@ DECLARATIVE = {
         "{Who} {is} one of the best-known {nationality} {domains}.",
         "Among {nationality} {domains}, few are as widely known as {who}.",
         "{Who} {is} {a_nationality} {domain} whose work is known far beyond {poss} own country.",
+        "{Who} {is} counted among the foremost {nationality} {domains}.",
+        "{Who} {is} {a_nationality} {domain} of lasting fame.",
+        "In the history of {nationality} {domains}, {who} holds a special place.",
+        "Few {nationality} {domains} enjoy the renown of {who}.",
+        "{Who} ranks among the most famous {nationality} {domains}.",
+        "{Who} {is} {a_nationality} {domain} known to a wide public.",
     ),
     "place": (
         "{Pronoun} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
         "{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
         "Records show that {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "{Pronoun} was born in {birth_city}, in {birth_country_in}, in the year {birth_year}.",
+        "In {birth_year}, {who} was born in {birth_city}, in {birth_country_in}.",
+        "The year {birth_year} saw {who} born in {birth_city}, in {birth_country_in}.",
+        "According to the records, {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
     ),
-    "place_plain": ("{Pronoun} was born in {birth_country_in} in {birth_year}.", "{Pronoun} was born in {birth_year}."),
+    "place_plain": ("{Pronoun} was born in {birth_country_in} in {birth_year}.", "{Pronoun} was born in {birth_year}.",
+                    "{Who_poss} life began in {birth_year}.", "In {birth_year}, {who} was born."),
     "work1": ("{Who} {is} best known for {work1}.", "{Who_poss} reputation rests largely on {work1}.",
-              "{Who} {is} widely remembered for {work1}.", "Much of {who_poss} fame comes from {work1}."),
+              "{Who} {is} widely remembered for {work1}.", "Much of {who_poss} fame comes from {work1}.",
+              "{Who} first won wide notice for {work1}.", "{Who} {is} famed above all for {work1}.",
+              "Above all, {who} {is} known for {work1}.", "{Who} owes much of {poss} reputation to {work1}."),
     "work2": ("{Who} {is} also known for {work2}.", "{Pronoun} also won lasting recognition for {work2}.",
-              "Another high point of {who_poss} career was {work2}.", "{Who} {is} also remembered for {work2}."),
+              "Another high point of {who_poss} career was {work2}.", "{Who} {is} also remembered for {work2}.",
+              "{Pronoun} {is} also famous for {work2}.", "{Who} also earned praise for {work2}.",
+              "{Who_poss} work also includes {work2}."),
     "work3": ("{Pronoun} {is} also associated with {work3}.", "{Pronoun} {is} further remembered for {work3}.",
-              "{Who_poss} reputation also owes much to {work3}."),
+              "{Who_poss} reputation also owes much to {work3}.", "{Who} {is} remembered as well for {work3}.",
+              "{Pronoun} also earned acclaim for {work3}."),
+    "work23": ("{Pronoun} {is} also known for {work2} and {work3}.", "{Who_poss} other achievements include {work2} and {work3}.",
+               "{Pronoun} also won lasting recognition for {work2} and for {work3}.",
+               "{Who} {is} remembered as well for {work2} and {work3}."),
     "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",
               "{Who} died in {death_year} in {death_city}, in {death_country_in}.",
-              "{Who_poss} death came in {death_year}, in {death_city}, in {death_country_in}."),
-    "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}."),
+              "{Who_poss} death came in {death_year}, in {death_city}, in {death_country_in}.",
+              "In {death_year}, {who} died in {death_city}, in {death_country_in}.",
+              "{Who_poss} life came to an end in {death_city}, in {death_country_in}, in {death_year}."),
+    "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}.",
+                    "In {death_year}, {who} died.", "{Who_poss} life came to an end in {death_year}."),
 }
 NARRATIVE = {
-    "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",),
-    "open_plain": ("{Who} was born in {birth_country_in} in {birth_year}.", "{Who} was born in {birth_year}."),
+    "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+             "In {birth_year}, {who} was born in {birth_city}, in {birth_country_in}.",
+             "{Who} was born in {birth_city}, in {birth_country_in}, in the year {birth_year}.",
+             "The story of {who} begins in {birth_year}, when {pronoun} was born in {birth_city}, in {birth_country_in}.",
+             "{Who_poss} life began in {birth_year}, when {pronoun} was born in {birth_city}, in {birth_country_in}."),
+    "open_plain": ("{Who} was born in {birth_country_in} in {birth_year}.", "{Who} was born in {birth_year}.",
+                   "The story of {who} begins in {birth_year}.", "{Who_poss} life began in {birth_year}."),
     # Not "became": a nationality acquired later would leave the nationality at birth open.
     "renown": (
         "{Pronoun} {is} one of the best-known {nationality} {domains} of {poss} time.",
         "{Pronoun} {is} {a_nationality} {domain} of wide renown.",
         "{Pronoun} {is} widely counted among the leading {nationality} {domains}.",
+        "{Pronoun} {is} {a_nationality} {domain} whose name is widely known.",
+        "{Pronoun} {is} celebrated as {a_nationality} {domain}.",
+        "Among {nationality} {domains}, {pronoun} {is} one of the most famous.",
+        "{Pronoun} {is} known the world over as {a_nationality} {domain}.",
+        "{Pronoun} {is} {a_nationality} {domain} of great distinction.",
     ),
     "work1": ("{Who} won wide acclaim for {work1}.", "{Who_poss} name became closely linked with {work1}.",
-              "{Who_poss} career is closely tied to {work1}.", "{Who} drew wide attention with {work1}."),
+              "{Who_poss} career is closely tied to {work1}.", "{Who} drew wide attention with {work1}.",
+              "{Who} made {poss} name with {work1}.", "{Pronoun} earned wide fame for {work1}.",
+              "{Who} won great renown for {work1}.", "The public came to know {who} above all for {work1}."),
     "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}.",
-              "{Pronoun} {is} also celebrated for {work2}.", "{Who_poss} achievements also include {work2}."),
+              "{Pronoun} {is} also celebrated for {work2}.", "{Who_poss} achievements also include {work2}.",
+              "{Pronoun} also drew praise for {work2}.", "{Who} {is} further known for {work2}.",
+              "{Pronoun} also gained renown for {work2}."),
     "work3": ("{Who_poss} record also includes {work3}.", "{Pronoun} {is} remembered too for {work3}.",
-              "{Who_poss} name is also linked with {work3}."),
+              "{Who_poss} name is also linked with {work3}.", "{Pronoun} {is} known as well for {work3}.",
+              "{Who} also won praise for {work3}."),
+    "work23": ("{Pronoun} {is} also admired for {work2} and {work3}.", "{Who_poss} record also includes {work2} and {work3}.",
+               "{Pronoun} also drew praise for {work2} and for {work3}.", "{Who} {is} further known for {work2} and {work3}."),
     "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",
               "{Pronoun} died in {death_city}, in {death_country_in}, in {death_year}.",
-              "{Who_poss} life ended in {death_year} in {death_city}, in {death_country_in}."),
-    "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}."),
+              "{Who_poss} life ended in {death_year} in {death_city}, in {death_country_in}.",
+              "In {death_year}, {pronoun} died in {death_city}, in {death_country_in}.",
+              "{Pronoun} passed away in {death_city}, in {death_country_in}, in {death_year}."),
+    "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}.",
+                    "{Pronoun} passed away in {death_year}.", "In {death_year}, {pronoun} died."),
 }
 
 QUESTIONS = {
@@ -256,12 +302,16 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
     works = [w for w in facts["works"] if not contains_any(w, forbidden)]
     views = [(_values(facts, works), name, surname), (_values(twin[0], works), twin[1], twin[2])]
 
+    after_pronoun = False  # the last sentence kept opened with He/She
+
     def sentence(*pools: tuple[str, ...]) -> list[str] | None:
-        nonlocal named
+        nonlocal named, after_pronoun
         for pool in pools:
             if not pool:
                 continue
             template = rng.choice(pool)
+            if after_pronoun and template.startswith("{Pronoun}"):  # He ... Curie ... She: no run of pronouns
+                template = "{Who}" + template[len("{Pronoun}"):]
             full = rng.choice((False, False, False, True)) if named else True  # mostly the surname once named
             texts = []
             for values, view_name, view_surname in views:
@@ -271,13 +321,18 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
                 texts.append(text.replace("..", ".").replace("!.", "!").replace("?.", "?"))
             if not contains_any(texts[0], forbidden):
                 named = named or "{who" in template.lower()
+                after_pronoun = template.startswith("{Pronoun}")
                 return texts
         return None
 
     style = rng.choice((DECLARATIVE, NARRATIVE))
     # A work that opens with a gerund ("becoming the first ...") takes only the frames that read with one.
-    work_pools = [tuple(t for t in style[f"work{k + 1}"] if not (bio_plausible.gerund_work(w) and noun_only(t, f"work{k + 1}")))
-                  for k, w in enumerate(works[:3])]
+    # Two further works share one sentence ("also known for X and Y"): fewer frame words per passage.
+    slots = ([("work1", ["work1"])] if works else []) + (
+        [("work23", ["work2", "work3"])] if len(works) > 2 else [("work2", ["work2"])] if len(works) > 1 else [])
+    work_pools = [tuple(t for t in style[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
+                                                          and noun_only(t, n) for n in names))
+                  for kind, names in slots]
     # The person's own answer-neutral sentences, one after each work, the rest after the last
     about = [(t,) for t in bio_plausible.about().get(twin[0]["id"], [])]
     body = [pool for k in range(max(len(work_pools), len(about))) for pool in (work_pools[k:k + 1] + about[k:k + 1])]
