@@ -34,8 +34,9 @@ YEAR_SHIFTS = (*range(-40, -2), *range(3, 41))  # how far a counterfactual birth
 LATER_SHARE = (0.25, 0.75)  # the share of birth-year items whose counterfactual is later than the truth
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _GERUND = re.compile(r"^[a-z]+ing\b")
-# Frames that take a noun phrase but not a gerund ("drew wide attention with becoming ...").
-_NOUN_ONLY = re.compile(r"\b(with|to|was|include|includes|on|from|of)\s*$")
+# What precedes a noun phrase but not a gerund ("drew wide attention with becoming ...").
+_NOUN_ONLY_BEFORE = r"(?:\b(?:with|to|was|is|are|include|includes|on|from|of|came|through|add|added|mention)|:)"
+_NOUN_ONLY = re.compile(_NOUN_ONLY_BEFORE + r"\s*$")
 _PRONOUN_OPENING = re.compile(r"^(He|She|His|Her)\b")
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)\"”’'!])(?<!\bSt)(?<!\bDr)(?<!\bMt)[.!?]\s+(?=[A-Z\"“])")  # not "St. Louis"
 
@@ -185,13 +186,12 @@ def _nationality_stub(items: list[Item]) -> list[str]:
 
 
 def _gerund_frame(items: list[Item]) -> list[str]:
-    """A work that opens with a gerund ("becoming the first ...") follows "for", "as" or "by", never
-    "with", "to", "was" or "include"."""
+    """A work that opens with a gerund ("becoming the first ...") never follows a word that wants a noun
+    ("with", "to", "was", "include", "came", a colon ...)."""
     bad = []
     for i in items:
         for work in people_by_id()[i.subject]["works"]:
-            if gerund_work(work) and re.search(rf"\b(with|to|was|include|includes|on|from|of)\s+{re.escape(work)}",
-                                               i.context):
+            if gerund_work(work) and re.search(rf"{_NOUN_ONLY_BEFORE}\s+{re.escape(work)}", i.context):
                 bad.append(i.id)
                 break
     return bad
@@ -256,7 +256,8 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_substitute_genre": ("a name-swap substitute has the person's domain, the works' language and every "
                              "literary form of the works (forms)", _substitute_genre),
     "bio_nationality_stub": ("a nationality passage names at least one of the person's works", _nationality_stub),
-    "bio_gerund_frame": ("a work that opens with a gerund never follows with, to, was, include, on, from or of",
+    "bio_gerund_frame": ("a work that opens with a gerund never follows a word that wants a noun (with, to, was, "
+                         "include, came, a colon ...)",
                          _gerund_frame),
     "bio_pronoun_astray": ("a sentence opening with He/She/His/Her follows a sentence about the person",
                            _pronoun_astray),

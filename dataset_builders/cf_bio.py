@@ -91,12 +91,21 @@ DECLARATIVE = {
         "The year {birth_year} saw {who} born in {birth_city}, in {birth_country_in}.",
         "According to the records, {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
     ),
+    # Who, what and where in one sentence (half the passages with places): fewer frame words.
+    "open_place": (
+        "{Who}, {a_nationality} {domain}, was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "The {nationality} {domain} {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "{Who} {is} {a_nationality} {domain} born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "Born in {birth_city}, in {birth_country_in}, in {birth_year}, {who} {is} {a_nationality} {domain}.",
+    ),
     "place_plain": ("{Pronoun} was born in {birth_country_in} in {birth_year}.", "{Pronoun} was born in {birth_year}.",
                     "{Who_poss} life began in {birth_year}.", "In {birth_year}, {who} was born."),
     "work1": ("{Who} {is} best known for {work1}.", "{Who_poss} reputation rests largely on {work1}.",
               "{Who} {is} widely remembered for {work1}.", "Much of {who_poss} fame comes from {work1}.",
               "{Who} first won wide notice for {work1}.", "{Who} {is} famed above all for {work1}.",
-              "Above all, {who} {is} known for {work1}.", "{Who} owes much of {poss} reputation to {work1}."),
+              "Above all, {who} {is} known for {work1}.", "{Who} owes much of {poss} reputation to {work1}.",
+              "Ask about {who} and most people will mention {work1}.", "{Who_poss} name is tied first of all to {work1}.",
+              "The achievement most often linked to {who} is {work1}."),
     "work2": ("{Who} {is} also known for {work2}.", "{Pronoun} also won lasting recognition for {work2}.",
               "Another high point of {who_poss} career was {work2}.", "{Who} {is} also remembered for {work2}.",
               "{Pronoun} {is} also famous for {work2}.", "{Who} also earned praise for {work2}.",
@@ -106,12 +115,20 @@ DECLARATIVE = {
               "{Pronoun} also earned acclaim for {work3}."),
     "work23": ("{Pronoun} {is} also known for {work2} and {work3}.", "{Who_poss} other achievements include {work2} and {work3}.",
                "{Pronoun} also won lasting recognition for {work2} and for {work3}.",
-               "{Who} {is} remembered as well for {work2} and {work3}."),
+               "{Who} {is} remembered as well for {work2} and {work3}.",
+               "Other landmarks of {who_poss} career are {work2} and {work3}.",
+               "{Pronoun} {is} also credited with {work2} and {work3}.",
+               "Alongside this, {who} {is} known for {work2} and {work3}.",
+               "{Who} {is} also widely cited for {work2} and {work3}.",
+               "In {poss} career, two further achievements stand out: {work2} and {work3}.",
+               "Among {poss} other achievements are {work2} and {work3}."),
     "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",
               "{Who} died in {death_year} in {death_city}, in {death_country_in}.",
               "{Who_poss} death came in {death_year}, in {death_city}, in {death_country_in}.",
               "In {death_year}, {who} died in {death_city}, in {death_country_in}.",
-              "{Who_poss} life came to an end in {death_city}, in {death_country_in}, in {death_year}."),
+              "{Who_poss} life came to an end in {death_city}, in {death_country_in}, in {death_year}.",
+              "{Who} spent {poss} last days in {death_city}, in {death_country_in}, and died there in {death_year}.",
+              "The end came for {who} in {death_year}, in {death_city}, in {death_country_in}."),
     "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}.",
                     "In {death_year}, {who} died.", "{Who_poss} life came to an end in {death_year}."),
 }
@@ -133,11 +150,15 @@ NARRATIVE = {
         "Among {nationality} {domains}, {pronoun} {is} one of the most famous.",
         "{Pronoun} {is} known the world over as {a_nationality} {domain}.",
         "{Pronoun} {is} {a_nationality} {domain} of great distinction.",
+        "{Pronoun} grew up to be one of the great {nationality} {domains}.",
+        "{Pronoun} {is} numbered among the outstanding {nationality} {domains}.",
     ),
     "work1": ("{Who} won wide acclaim for {work1}.", "{Who_poss} name became closely linked with {work1}.",
               "{Who_poss} career is closely tied to {work1}.", "{Who} drew wide attention with {work1}.",
               "{Who} made {poss} name with {work1}.", "{Pronoun} earned wide fame for {work1}.",
-              "{Who} won great renown for {work1}.", "The public came to know {who} above all for {work1}."),
+              "{Who} won great renown for {work1}.", "The public came to know {who} above all for {work1}.",
+              "Fame came to {who} through {work1}.", "{Who_poss} breakthrough came with {work1}.",
+              "It was {work1} that made {who_poss} reputation."),
     "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}.",
               "{Pronoun} {is} also celebrated for {work2}.", "{Who_poss} achievements also include {work2}.",
               "{Pronoun} also drew praise for {work2}.", "{Who} {is} further known for {work2}.",
@@ -146,12 +167,18 @@ NARRATIVE = {
               "{Who_poss} name is also linked with {work3}.", "{Pronoun} {is} known as well for {work3}.",
               "{Who} also won praise for {work3}."),
     "work23": ("{Pronoun} {is} also admired for {work2} and {work3}.", "{Who_poss} record also includes {work2} and {work3}.",
-               "{Pronoun} also drew praise for {work2} and for {work3}.", "{Who} {is} further known for {work2} and {work3}."),
+               "{Pronoun} also drew praise for {work2} and for {work3}.", "{Who} {is} further known for {work2} and {work3}.",
+               "Later in {poss} career came {work2} and {work3}.", "{Who_poss} name is also bound up with {work2} and {work3}.",
+               "{Pronoun} went on to add {work2} and {work3} to {poss} record.",
+               "To this {who} added {work2} and {work3}.",
+               "{Pronoun} {is} honoured too for {work2} and {work3}."),
     "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",
               "{Pronoun} died in {death_city}, in {death_country_in}, in {death_year}.",
               "{Who_poss} life ended in {death_year} in {death_city}, in {death_country_in}.",
               "In {death_year}, {pronoun} died in {death_city}, in {death_country_in}.",
-              "{Pronoun} passed away in {death_city}, in {death_country_in}, in {death_year}."),
+              "{Pronoun} passed away in {death_city}, in {death_country_in}, in {death_year}.",
+              "{Who_poss} final home was {death_city}, in {death_country_in}, where {pronoun} died in {death_year}.",
+              "{Pronoun} died at {death_city}, in {death_country_in}, in {death_year}."),
     "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}.",
                     "{Pronoun} passed away in {death_year}.", "In {death_year}, {pronoun} died."),
 }
@@ -337,7 +364,10 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
     about = [(t,) for t in bio_plausible.about().get(twin[0]["id"], [])]
     body = [pool for k in range(max(len(work_pools), len(about))) for pool in (work_pools[k:k + 1] + about[k:k + 1])]
     if style is DECLARATIVE:  # encyclopedic: who, where from, main work before "also"
-        if with_places:
+        merged = sentence(style["open_place"]) if with_places and rng.random() < 0.5 else None
+        if merged:
+            opening = [merged]
+        elif with_places:
             opening = [sentence(style["open_before_place"]),
                        sentence(style["place"], style["place_plain"][:1], style["place_plain"][1:])]
         else:
