@@ -130,7 +130,9 @@ DECLARATIVE = {
               "{Who} spent {poss} last days in {death_city}, in {death_country_in}, and died there in {death_year}.",
               "The end came for {who} in {death_year}, in {death_city}, in {death_country_in}."),
     "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}.",
-                    "In {death_year}, {who} died.", "{Who_poss} life came to an end in {death_year}."),
+                    "In {death_year}, {who} died.", "{Who_poss} life came to an end in {death_year}.",
+                    "{Who_poss} death in {death_year} was widely mourned.", "{Who} lived until {death_year}.",
+                    "The year {death_year} brought {who_poss} death."),
 }
 NARRATIVE = {
     "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
@@ -180,7 +182,9 @@ NARRATIVE = {
               "{Who_poss} final home was {death_city}, in {death_country_in}, where {pronoun} died in {death_year}.",
               "{Pronoun} died at {death_city}, in {death_country_in}, in {death_year}."),
     "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}.",
-                    "{Pronoun} passed away in {death_year}.", "In {death_year}, {pronoun} died."),
+                    "{Pronoun} passed away in {death_year}.", "In {death_year}, {pronoun} died.",
+                    "{Who_poss} career closed with {poss} death in {death_year}.",
+                    "{Pronoun} lived until {death_year}.", "Death came to {who} in {death_year}."),
 }
 
 QUESTIONS = {
@@ -360,9 +364,10 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
     work_pools = [tuple(t for t in style[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
                                                           and noun_only(t, n) for n in names))
                   for kind, names in slots]
-    # The person's own answer-neutral sentences, one after each work, the rest after the last
+    # The person's own answer-neutral sentences after the works: the works' frames open the passage as
+    # an encyclopedia entry does (and keep its first tokens as predictable as version 4's)
     about = [(t,) for t in bio_plausible.about().get(twin[0]["id"], [])]
-    body = [pool for k in range(max(len(work_pools), len(about))) for pool in (work_pools[k:k + 1] + about[k:k + 1])]
+    body = work_pools + about
     if style is DECLARATIVE:  # encyclopedic: who, where from, main work before "also"
         merged = sentence(style["open_place"]) if with_places and rng.random() < 0.5 else None
         if merged:
