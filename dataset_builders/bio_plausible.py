@@ -92,9 +92,11 @@ def nationality_fits_language(person: dict, adjective: str) -> bool:
 
 
 def substitute_fits(person: dict, sub: dict) -> bool:
-    """The substitute could have made the person's works: same domain, the works' language, every form."""
+    """The substitute could have made the person's works: same domain, the works' language, every form,
+    alive and an adult at the first of them."""
+    alive_and_adult = sub["birth_year"] + ADULT <= person["first_work_year"] <= (sub["death_year"] or as_of())
     return (sub["domain"] == person["domain"] and sub.get("language") == person.get("language")
-            and set(person.get("forms", [])) <= set(sub.get("forms", [])))
+            and set(person.get("forms", [])) <= set(sub.get("forms", [])) and alive_and_adult)
 
 
 # ---- passages ----------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_nationality_language": ("a counterfactual nationality's languages include the language of the person's "
                                  "works (language)", _nationality_language),
     "bio_substitute_genre": ("a name-swap substitute has the person's domain, the works' language and every "
-                             "literary form of the works (forms)", _substitute_genre),
+                             "literary form of the works (forms), and was alive and adult at the first work", _substitute_genre),
     "bio_nationality_stub": ("a nationality passage names at least one of the person's works", _nationality_stub),
     "bio_gerund_frame": ("a work that opens with a gerund never follows a word that wants a noun (with, to, was, "
                          "include, came, a colon ...)",

@@ -10,14 +10,20 @@ Two kinds of item, built from ``data/people.json``:
   asks who the <domain> known for <works> is: the context answers with the substitute.
 * ``birth_year`` / ``birth_city`` / ``nationality``: the real name is kept and one attribute is
   changed; every other sentence is kept coherent with it (version 2):
-  - birth_year: an earlier year (the works carry no dates, so a later birth could put an
-    achievement before it), the lifespan stays within 15-100 years and the person is at least 15
-    at every dated work the passage names;
+  - birth_year: an earlier or a later year (version 5; a direction first, then a year) that keeps the
+    life possible: an adult at the first work (``first_work_year``) and at every dated work, no lifespan
+    of 95 or more unless the real one was, no living person of 90 or more (``bio_plausible``);
   - birth_city: the passage says "born in <city>"; the city lies in the person's real birth
     country (so birth country and nationality still agree) and is attested in the table by then;
+    it is never inside the real one, nor the real one inside it (``places_within``: Greenwich, London);
   - nationality: a nationality of the same region that existed in the person's lifetime and is
     not also true of them, nor nested in it or containing it (British / Welsh); the passage names no
-    place and no work that would imply the real one (``national_works``: "a major US party").
+    place and no work that would imply the real one (``national_works``: "a major US party"); its
+    languages include the language of the works (``language``); an item left with no work is dropped.
+* a name-swap substitute shares the person's domain, the language of the works and every literary form
+  of them (``forms``: no poet given novels);
+* every passage tells the person's documented, answer-neutral sentences (``data/people_about.json``)
+  one after each work, in place of generic legacy and career sentences;
 * birth cities are cities or towns (``places_not_drawn`` keeps villages, estates and districts out), and
   a name-swap substitute has no title in its name ("Queen Victoria", "Elizabeth I").
 
@@ -364,10 +370,9 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
     work_pools = [tuple(t for t in style[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
                                                           and noun_only(t, n) for n in names))
                   for kind, names in slots]
-    # The person's own answer-neutral sentences after the works: the works' frames open the passage as
-    # an encyclopedia entry does (and keep its first tokens as predictable as version 4's)
+    # The person's own answer-neutral sentences, one after each work, the rest after the last
     about = [(t,) for t in bio_plausible.about().get(twin[0]["id"], [])]
-    body = work_pools + about
+    body = [pool for k in range(max(len(work_pools), len(about))) for pool in work_pools[k:k + 1] + about[k:k + 1]]
     if style is DECLARATIVE:  # encyclopedic: who, where from, main work before "also"
         merged = sentence(style["open_place"]) if with_places and rng.random() < 0.5 else None
         if merged:

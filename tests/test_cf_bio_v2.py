@@ -138,9 +138,10 @@ def test_a_legacy_is_caught_for_the_living(items):  # "legacy" reads like an obi
 @pytest.mark.parametrize("seed", SEEDS)
 def test_team_seeds_validate_with_enough_items(seed):
     items = build_validated("cf_bio", seed)
-    # version 5 leaves out a name swap with no substitute of the same domain, language and forms, and a
-    # nationality item whose works all name the real nationality or whose language no other fits
-    assert len(items) >= 780
+    # version 5 leaves out a name swap with no substitute of the same domain, language and forms, alive and
+    # adult at the first work, and a nationality item whose works all name the real nationality or whose
+    # language no other nationality fits
+    assert len(items) >= 700
     counts = Counter(i.relation for i in items)
     assert min(counts.values()) >= 150, counts
 

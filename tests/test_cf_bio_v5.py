@@ -169,6 +169,7 @@ def test_name_swaps_keep_domain_language_and_form(items):
         person, sub = PEOPLE[item.subject], by_name[item.counterfactual_answer]
         assert sub["domain"] == person["domain"] and sub["language"] == person["language"], item.id
         assert set(person["forms"]) <= set(sub["forms"]), item.id
+        assert sub["birth_year"] + 18 <= person["first_work_year"] <= (sub["death_year"] or 2025), item.id
 
 
 def test_the_documented_sentences_name_nothing_that_gives_an_answer_away():
