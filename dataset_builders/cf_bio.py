@@ -10,14 +10,20 @@ Two kinds of item, built from ``data/people.json``:
   asks who the <domain> known for <works> is: the context answers with the substitute.
 * ``birth_year`` / ``birth_city`` / ``nationality``: the real name is kept and one attribute is
   changed; every other sentence is kept coherent with it (version 2):
-  - birth_year: an earlier year (the works carry no dates, so a later birth could put an
-    achievement before it), the lifespan stays within 15-100 years and the person is at least 15
-    at every dated work the passage names;
+  - birth_year: an earlier or a later year (version 5; a direction first, then a year) that keeps the
+    life possible: an adult at the first work (``first_work_year``) and at every dated work, no lifespan
+    of 95 or more unless the real one was, no living person of 90 or more (``bio_plausible``);
   - birth_city: the passage says "born in <city>"; the city lies in the person's real birth
     country (so birth country and nationality still agree) and is attested in the table by then;
+    it is never inside the real one, nor the real one inside it (``places_within``: Greenwich, London);
   - nationality: a nationality of the same region that existed in the person's lifetime and is
     not also true of them, nor nested in it or containing it (British / Welsh); the passage names no
-    place and no work that would imply the real one (``national_works``: "a major US party").
+    place and no work that would imply the real one (``national_works``: "a major US party"); its
+    languages include the language of the works (``language``); an item left with no work is dropped.
+* a name-swap substitute shares the person's domain, the language of the works and every literary form
+  of them (``forms``: no poet given novels);
+* every passage tells the person's documented, answer-neutral sentences (``data/people_about.json``)
+  one after each work, in place of generic legacy and career sentences;
 * birth cities are cities or towns (``places_not_drawn`` keeps villages, estates and districts out), and
   a name-swap substitute has no title in its name ("Queen Victoria", "Elizabeth I").
 
@@ -37,23 +43,21 @@ from functools import lru_cache
 
 from cf_tasks.text import contains, contains_any
 
-from . import tables
+from . import bio_plausible, tables
+from .bio_plausible import birth_year_choices, nationality_fits_language, noun_only, substitute_fits, within
 from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
-VERSION = 4
+VERSION = 5
 SUBSTITUTES_PER_PERSON = 2
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
-MIN_AGE, MAX_AGE = 15, 100  # a (counterfactual) lifespan, and the youngest age at a dated work
-YEAR_OFFSETS = range(3, 41)  # how many years earlier a counterfactual birth year lies
 MAX_ERA_GAP = 10  # most years between the lifespans of a person and a name-swap substitute
 NATIONALITY_LATEST = 50  # a nationality whose state arose more than 50 years after a birth is implausible
 # A name that carries a title, an honorific or a regnal number ("Queen Victoria", "Mahatma Gandhi",
 # "Elizabeth I") names a role as well as a person: never a name-swap substitute.
 TITLED = re.compile(r"^(Queen|King|Pope|Emperor|Empress|Prince|Princess|Saint|St\.|Lord|Lady|Sir|Dame|Tsar|Sultan|"
                     r"Mahatma|Mother)\b|\b(the (Great|Elder|Younger))$|\s[IVX]+$")
-_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 # What only a dead person's biography says; a living person's passage never does.
 _PAST = re.compile(r"\b(died|dies|death|final years|legacy|(was|were) (a|an|one|best|also|regarded|known))\b", re.I)
 
@@ -66,6 +70,10 @@ DECLARATIVE = {
         "{Who} {is} {a_nationality} {domain} born in {birth_year}.",
         "{Who}, {a_nationality} {domain}, was born in {birth_year}.",
         "Born in {birth_year}, {who} {is} {a_nationality} {domain}.",
+        "The {nationality} {domain} {who} was born in {birth_year}.",
+        "{Who}, born in {birth_year}, {is} among the most celebrated {nationality} {domains}.",
+        "Few {nationality} {domains} are as famous as {who}, who was born in {birth_year}.",
+        "The life of {who}, {a_nationality} {domain}, began in {birth_year}.",
     ),
     # With places shown, the opening leaves the year to the birth sentence (no "born in" twice).
     "open_before_place": (
@@ -73,82 +81,116 @@ DECLARATIVE = {
         "{Who} {is} one of the best-known {nationality} {domains}.",
         "Among {nationality} {domains}, few are as widely known as {who}.",
         "{Who} {is} {a_nationality} {domain} whose work is known far beyond {poss} own country.",
+        "{Who} {is} counted among the foremost {nationality} {domains}.",
+        "{Who} {is} {a_nationality} {domain} of lasting fame.",
+        "In the history of {nationality} {domains}, {who} holds a special place.",
+        "Few {nationality} {domains} enjoy the renown of {who}.",
+        "{Who} ranks among the most famous {nationality} {domains}.",
+        "{Who} {is} {a_nationality} {domain} known to a wide public.",
     ),
     "place": (
         "{Pronoun} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
         "{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
         "Records show that {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "{Pronoun} was born in {birth_city}, in {birth_country_in}, in the year {birth_year}.",
+        "In {birth_year}, {who} was born in {birth_city}, in {birth_country_in}.",
+        "The year {birth_year} saw {who} born in {birth_city}, in {birth_country_in}.",
+        "According to the records, {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
     ),
-    "place_plain": ("{Pronoun} was born in {birth_country_in} in {birth_year}.", "{Pronoun} was born in {birth_year}."),
+    # Who, what and where in one sentence (half the passages with places): fewer frame words.
+    "open_place": (
+        "{Who}, {a_nationality} {domain}, was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "The {nationality} {domain} {who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "{Who} {is} {a_nationality} {domain} born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+        "Born in {birth_city}, in {birth_country_in}, in {birth_year}, {who} {is} {a_nationality} {domain}.",
+    ),
+    "place_plain": ("{Pronoun} was born in {birth_country_in} in {birth_year}.", "{Pronoun} was born in {birth_year}.",
+                    "{Who_poss} life began in {birth_year}.", "In {birth_year}, {who} was born."),
     "work1": ("{Who} {is} best known for {work1}.", "{Who_poss} reputation rests largely on {work1}.",
-              "{Who} {is} widely remembered for {work1}.", "Much of {who_poss} fame comes from {work1}."),
+              "{Who} {is} widely remembered for {work1}.", "Much of {who_poss} fame comes from {work1}.",
+              "{Who} first won wide notice for {work1}.", "{Who} {is} famed above all for {work1}.",
+              "Above all, {who} {is} known for {work1}.", "{Who} owes much of {poss} reputation to {work1}.",
+              "Ask about {who} and most people will mention {work1}.", "{Who_poss} name is tied first of all to {work1}.",
+              "The achievement most often linked to {who} is {work1}."),
     "work2": ("{Who} {is} also known for {work2}.", "{Pronoun} also won lasting recognition for {work2}.",
-              "Another high point of {who_poss} career was {work2}.", "{Who} {is} also remembered for {work2}."),
+              "Another high point of {who_poss} career was {work2}.", "{Who} {is} also remembered for {work2}.",
+              "{Pronoun} {is} also famous for {work2}.", "{Who} also earned praise for {work2}.",
+              "{Who_poss} work also includes {work2}."),
     "work3": ("{Pronoun} {is} also associated with {work3}.", "{Pronoun} {is} further remembered for {work3}.",
-              "{Who_poss} reputation also owes much to {work3}."),
-    "legacy": (
-        "Today {who} is regarded as one of the most influential {domains} of {poss} generation.",
-        "Scholars continue to study {who_poss} life and work.",
-        "Biographers have written at length about {who}.",
-        "{Who_poss} name appears in textbooks and encyclopedias around the world.",
-        "{Who_poss} life has been told in books, articles and documentaries.",
-        "Few {domains} of {poss} generation are as widely known as {who}.",
-    ),
+              "{Who_poss} reputation also owes much to {work3}.", "{Who} {is} remembered as well for {work3}.",
+              "{Pronoun} also earned acclaim for {work3}."),
+    "work23": ("{Pronoun} {is} also known for {work2} and {work3}.", "{Who_poss} other achievements include {work2} and {work3}.",
+               "{Pronoun} also won lasting recognition for {work2} and for {work3}.",
+               "{Who} {is} remembered as well for {work2} and {work3}.",
+               "Other landmarks of {who_poss} career are {work2} and {work3}.",
+               "{Pronoun} {is} also credited with {work2} and {work3}.",
+               "Alongside this, {who} {is} known for {work2} and {work3}.",
+               "{Who} {is} also widely cited for {work2} and {work3}.",
+               "In {poss} career, two further achievements stand out: {work2} and {work3}.",
+               "Among {poss} other achievements are {work2} and {work3}."),
     "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",
               "{Who} died in {death_year} in {death_city}, in {death_country_in}.",
-              "{Who_poss} death came in {death_year}, in {death_city}, in {death_country_in}."),
-    "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}."),
+              "{Who_poss} death came in {death_year}, in {death_city}, in {death_country_in}.",
+              "In {death_year}, {who} died in {death_city}, in {death_country_in}.",
+              "{Who_poss} life came to an end in {death_city}, in {death_country_in}, in {death_year}.",
+              "{Who} spent {poss} last days in {death_city}, in {death_country_in}, and died there in {death_year}.",
+              "The end came for {who} in {death_year}, in {death_city}, in {death_country_in}."),
+    "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}.",
+                    "In {death_year}, {who} died.", "{Who_poss} life came to an end in {death_year}.",
+                    "{Who_poss} death in {death_year} was widely mourned.", "{Who} lived until {death_year}.",
+                    "The year {death_year} brought {who_poss} death."),
 }
 NARRATIVE = {
-    "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",),
-    "open_plain": ("{Who} was born in {birth_country_in} in {birth_year}.", "{Who} was born in {birth_year}."),
+    "open": ("{Who} was born in {birth_city}, in {birth_country_in}, in {birth_year}.",
+             "In {birth_year}, {who} was born in {birth_city}, in {birth_country_in}.",
+             "{Who} was born in {birth_city}, in {birth_country_in}, in the year {birth_year}.",
+             "The story of {who} begins in {birth_year}, when {pronoun} was born in {birth_city}, in {birth_country_in}.",
+             "{Who_poss} life began in {birth_year}, when {pronoun} was born in {birth_city}, in {birth_country_in}."),
+    "open_plain": ("{Who} was born in {birth_country_in} in {birth_year}.", "{Who} was born in {birth_year}.",
+                   "The story of {who} begins in {birth_year}.", "{Who_poss} life began in {birth_year}."),
     # Not "became": a nationality acquired later would leave the nationality at birth open.
     "renown": (
         "{Pronoun} {is} one of the best-known {nationality} {domains} of {poss} time.",
         "{Pronoun} {is} {a_nationality} {domain} of wide renown.",
         "{Pronoun} {is} widely counted among the leading {nationality} {domains}.",
+        "{Pronoun} {is} {a_nationality} {domain} whose name is widely known.",
+        "{Pronoun} {is} celebrated as {a_nationality} {domain}.",
+        "Among {nationality} {domains}, {pronoun} {is} one of the most famous.",
+        "{Pronoun} {is} known the world over as {a_nationality} {domain}.",
+        "{Pronoun} {is} {a_nationality} {domain} of great distinction.",
+        "{Pronoun} grew up to be one of the great {nationality} {domains}.",
+        "{Pronoun} {is} numbered among the outstanding {nationality} {domains}.",
     ),
     "work1": ("{Who} won wide acclaim for {work1}.", "{Who_poss} name became closely linked with {work1}.",
-              "{Who_poss} career is closely tied to {work1}.", "{Who} drew wide attention with {work1}."),
+              "{Who_poss} career is closely tied to {work1}.", "{Who} drew wide attention with {work1}.",
+              "{Who} made {poss} name with {work1}.", "{Pronoun} earned wide fame for {work1}.",
+              "{Who} won great renown for {work1}.", "The public came to know {who} above all for {work1}.",
+              "Fame came to {who} through {work1}.", "{Who_poss} breakthrough came with {work1}.",
+              "It was {work1} that made {who_poss} reputation."),
     "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}.",
-              "{Pronoun} {is} also celebrated for {work2}.", "{Who_poss} achievements also include {work2}."),
+              "{Pronoun} {is} also celebrated for {work2}.", "{Who_poss} achievements also include {work2}.",
+              "{Pronoun} also drew praise for {work2}.", "{Who} {is} further known for {work2}.",
+              "{Pronoun} also gained renown for {work2}."),
     "work3": ("{Who_poss} record also includes {work3}.", "{Pronoun} {is} remembered too for {work3}.",
-              "{Who_poss} name is also linked with {work3}."),
-    "legacy": ("{Who_poss} influence is still felt today.", "{Who_poss} legacy continues to inspire new generations.",
-               "{Who_poss} work is still discussed and admired.",
-               "Generations of students have learned about {who_poss} achievements.",
-               "Many books have been written about {who_poss} life.",
-               "{Who_poss} name is familiar to people far beyond {poss} own field."),
+              "{Who_poss} name is also linked with {work3}.", "{Pronoun} {is} known as well for {work3}.",
+              "{Who} also won praise for {work3}."),
+    "work23": ("{Pronoun} {is} also admired for {work2} and {work3}.", "{Who_poss} record also includes {work2} and {work3}.",
+               "{Pronoun} also drew praise for {work2} and for {work3}.", "{Who} {is} further known for {work2} and {work3}.",
+               "Later in {poss} career came {work2} and {work3}.", "{Who_poss} name is also bound up with {work2} and {work3}.",
+               "{Pronoun} went on to add {work2} and {work3} to {poss} record.",
+               "To this {who} added {work2} and {work3}.",
+               "{Pronoun} {is} honoured too for {work2} and {work3}."),
     "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",
               "{Pronoun} died in {death_city}, in {death_country_in}, in {death_year}.",
-              "{Who_poss} life ended in {death_year} in {death_city}, in {death_country_in}."),
-    "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}."),
-}
-
-# A sentence on the person's career, by domain (``other`` for the rest); true of everyone of the domain
-# in people.json, living or dead.
-CAREER = {
-    "writer": ("{Who_poss} writing has been translated into many languages.",
-               "Critics have written at length about {who_poss} style.",
-               "Readers around the world know {who_poss} writing."),
-    "scientist": ("{Who_poss} work changed the course of {poss} field.",
-                  "{Who_poss} findings are taught to students in many countries.",
-                  "Scientists who came later built on {who_poss} results."),
-    "composer": ("{Who_poss} music is performed around the world.",
-                 "Recordings of {who_poss} music are heard across the world.",
-                 "Musicians have long admired {who_poss} command of melody and form."),
-    "painter": ("{Who_poss} work is held by major museums around the world.",
-                "Exhibitions of {who_poss} work draw large crowds.",
-                "Art historians have studied {who_poss} technique in great detail."),
-    "politician": ("{Who} played a central part in the politics of {poss} country.",
-                   "Historians have long debated {who_poss} decisions in office.",
-                   "{Who_poss} speeches are quoted in history books."),
-    "philosopher": ("{Who_poss} ideas are read and debated by students of philosophy.",
-                    "{Who_poss} writings shaped the thinking of later generations.",
-                    "Philosophers have argued about {who_poss} ideas ever since."),
-    "other": ("{Who_poss} life and work are described in many history books.",
-              "{Who_poss} story is told in books and documentaries.",
-              "Schoolchildren in many countries learn about {who}."),
+              "{Who_poss} life ended in {death_year} in {death_city}, in {death_country_in}.",
+              "In {death_year}, {pronoun} died in {death_city}, in {death_country_in}.",
+              "{Pronoun} passed away in {death_city}, in {death_country_in}, in {death_year}.",
+              "{Who_poss} final home was {death_city}, in {death_country_in}, where {pronoun} died in {death_year}.",
+              "{Pronoun} died at {death_city}, in {death_country_in}, in {death_year}."),
+    "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}.",
+                    "{Pronoun} passed away in {death_year}.", "In {death_year}, {pronoun} died.",
+                    "{Who_poss} career closed with {poss} death in {death_year}.",
+                    "{Pronoun} lived until {death_year}.", "Death came to {who} in {death_year}."),
 }
 
 QUESTIONS = {
@@ -253,15 +295,6 @@ def places() -> dict[str, tuple[str, int]]:
     }
 
 
-def dated_years(text: str) -> list[int]:
-    return [int(y) for y in _YEAR.findall(text)]
-
-
-def lifespan_ok(birth_year: int, death_year: int | None, event_years: list[int]) -> bool:
-    end = death_year or as_of()
-    return MIN_AGE <= end - birth_year <= MAX_AGE and all(birth_year + MIN_AGE <= y <= end for y in event_years)
-
-
 # ---- passages ----------------------------------------------------------------------------------
 
 def _possessive(name: str) -> str:
@@ -306,12 +339,16 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
     works = [w for w in facts["works"] if not contains_any(w, forbidden)]
     views = [(_values(facts, works), name, surname), (_values(twin[0], works), twin[1], twin[2])]
 
+    after_pronoun = False  # the last sentence kept opened with He/She
+
     def sentence(*pools: tuple[str, ...]) -> list[str] | None:
-        nonlocal named
+        nonlocal named, after_pronoun
         for pool in pools:
             if not pool:
                 continue
             template = rng.choice(pool)
+            if after_pronoun and template.startswith("{Pronoun}"):  # He ... Curie ... She: no run of pronouns
+                template = "{Who}" + template[len("{Pronoun}"):]
             full = rng.choice((False, False, False, True)) if named else True  # mostly the surname once named
             texts = []
             for values, view_name, view_surname in views:
@@ -321,28 +358,34 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
                 texts.append(text.replace("..", ".").replace("!.", "!").replace("?.", "?"))
             if not contains_any(texts[0], forbidden):
                 named = named or "{who" in template.lower()
+                after_pronoun = template.startswith("{Pronoun}")
                 return texts
         return None
 
     style = rng.choice((DECLARATIVE, NARRATIVE))
-    # "legacy" reads like an obituary: not of the living
-    legacy = tuple(t for t in style["legacy"] if not living or "legacy" not in t)
-    body = [style["work1"]] if works else []
-    body += [CAREER.get(facts["domain"], CAREER["other"])]
-    body += [style["work2"]] if len(works) > 1 else []
-    body += [style["work3"]] if len(works) > 2 else []
-    if style is DECLARATIVE:  # encyclopedic: who, where from, main work before "also", legacy first or last
-        if with_places:
+    # A work that opens with a gerund ("becoming the first ...") takes only the frames that read with one.
+    # Two further works share one sentence ("also known for X and Y"): fewer frame words per passage.
+    slots = ([("work1", ["work1"])] if works else []) + (
+        [("work23", ["work2", "work3"])] if len(works) > 2 else [("work2", ["work2"])] if len(works) > 1 else [])
+    work_pools = [tuple(t for t in style[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
+                                                          and noun_only(t, n) for n in names))
+                  for kind, names in slots]
+    # The person's own answer-neutral sentences, one after each work, the rest after the last
+    about = [(t,) for t in bio_plausible.about().get(twin[0]["id"], [])]
+    body = [pool for k in range(max(len(work_pools), len(about))) for pool in work_pools[k:k + 1] + about[k:k + 1]]
+    if style is DECLARATIVE:  # encyclopedic: who, where from, main work before "also"
+        merged = sentence(style["open_place"]) if with_places and rng.random() < 0.5 else None
+        if merged:
+            opening = [merged]
+        elif with_places:
             opening = [sentence(style["open_before_place"]),
                        sentence(style["place"], style["place_plain"][:1], style["place_plain"][1:])]
         else:
             opening = [sentence(style["open"])]
-        body.insert(rng.choice((0, len(body))), legacy)
-        middle = [sentence(pool) for pool in body]
-    else:  # narrative: birth, career, works, legacy, in the order of a life
+    else:  # narrative: birth, renown, works, in the order of a life
         first = sentence(style["open"], style["open_plain"]) if with_places else sentence(style["open_plain"][1:])
         opening = [first, sentence(style["renown"])]
-        middle = [sentence(pool) for pool in body + [legacy]]
+    middle = [sentence(pool) for pool in body]
     closing = []
     if not living:
         closing = [sentence(style["death"], style["death_plain"]) if with_places else sentence(style["death_plain"])]
@@ -356,10 +399,11 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     fragments = name_fragments(person["name"], person["surname"], *person["aliases"])
     # The passage tells the person's places and works: a substitute whose name shares a word with them
     # ("Paul Cézanne" for a writer born in Saint Paul) would leave that word in the agreeing twin.
-    told = " ".join(filter(None, (person["birth_city"], person["death_city"], *person["works"])))
+    told = " ".join(filter(None, (person["birth_city"], person["death_city"], *person["works"],
+                                  *bio_plausible.about().get(person["id"], []))))
     candidates = [
         o for o in others
-        if o["pronoun"] == person["pronoun"] and compatible_substitute(person, o)
+        if o["pronoun"] == person["pronoun"] and compatible_substitute(person, o) and substitute_fits(person, o)
         and not set(name_fragments(o["name"], *o["aliases"])) & set(fragments)
         and not contains_any(told, name_fragments(o["name"], *o["aliases"]))
     ]
@@ -394,16 +438,15 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
     when no plausible value is left (the item is then dropped)."""
     facts = dict(person)
     if attribute == "birth_year":
-        # Only earlier: the works carry no years, so a later birth could put an achievement (Vostok 6,
-        # Hamlet) before the person was born or in childhood; an earlier one only makes them older.
-        years = [
-            y for y in (person["birth_year"] - off for off in YEAR_OFFSETS)
-            if lifespan_ok(y, person["death_year"], [d for w in person["works"] for d in dated_years(w)])
-            and nationality_is_plausible(person, person["nationality"], y)
-        ]
-        if not years:
+        # Either way, as long as the life stays possible: an adult at the first work (first_work_year),
+        # no lifespan of 95 or more unless true, no living person of 90 or more. A direction first, so
+        # that earlier and later come about equally often whatever the number of years each side offers.
+        sides = [[y for y in side if nationality_is_plausible(person, person["nationality"], y)]
+                 for side in birth_year_choices(person)]
+        sides = [side for side in sides if side]
+        if not sides:
             return None
-        facts["birth_year"] = rng.choice(years)
+        facts["birth_year"] = rng.choice(rng.choice(sides))
         return str(facts["birth_year"]), facts, [], True
     if attribute == "birth_city":
         text = " ".join([person["name"], *person["aliases"], *person["works"]])
@@ -411,6 +454,7 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
             city for city, (country, since) in places().items()
             if country == person["birth_country"] and since <= person["birth_year"]
             and city not in (person["birth_city"], person["death_city"]) and not contains(text, city)
+            and not within(city, person["birth_city"])  # Greenwich for a Londoner keeps the truth right
         ]
         if not cities:
             return None
@@ -418,10 +462,13 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
         return facts["birth_city"], facts, [], True
     forbidden = true_nationality_terms(person) + person.get("national_works", [])
     works = " ".join(w for w in person["works"] if not contains_any(w, forbidden))
+    if not works:
+        return None  # every work ties the person to the real nationality: what is left is no biography
     choices = [
         n for n in nationalities()
         if not nationality_is_true(person, n) and nationality_is_plausible(person, n, person["birth_year"])
         and not contains_any(works, [n, *nationalities()[n]["countries"]])
+        and nationality_fits_language(person, n)  # no Spanish author of War and Peace
     ]
     if not choices:
         return None
@@ -531,16 +578,6 @@ def _titled_substitute(items: list[Item]) -> list[str]:
     return [i.id for i in items if i.relation == "person_name" and TITLED.search(i.counterfactual_answer)]
 
 
-def _impossible_lifespan(items: list[Item]) -> list[str]:
-    bad = []
-    for i, p in _relation(items, "birth_year"):
-        born = int(i.counterfactual_answer)
-        others = [y for y in dated_years(i.context) if y != born]
-        if born >= p["birth_year"] or not lifespan_ok(born, p["death_year"], others):
-            bad.append(i.id)
-    return bad
-
-
 def _living_described_dead(items: list[Item]) -> list[str]:
     return [i.id for i in items if is_living(people_by_id()[i.subject]) and _PAST.search(i.context)]
 
@@ -580,10 +617,6 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_birth_city_country": (
         "a counterfactual birth city lies in the real birth country, and the passage names no other country "
         "than the birth and death countries", _birth_city_country),
-    "bio_impossible_lifespan": (
-        f"a counterfactual birth year is earlier than the real one (undated achievements stay at an age the "
-        f"person reached), gives a lifespan of {MIN_AGE}-{MAX_AGE} years and precedes every other year of the "
-        f"passage by at least {MIN_AGE}", _impossible_lifespan),
     "bio_living_described_dead": ("a living person is written in the present tense, never dies and has no legacy",
                                   _living_described_dead),
     "bio_substitute_incompatible": (
@@ -605,6 +638,7 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
                                "(British and Welsh; part_of)", _nested_nationality),
     "bio_titled_substitute": ("a name-swap substitute's name carries no title, honorific or regnal number "
                               "(Queen Victoria, Mahatma Gandhi, Elizabeth I)", _titled_substitute),
+    **bio_plausible.RULES,
 }
 
 
@@ -621,5 +655,5 @@ AGREE_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "agree_bio_no_substitute_fragment": ("a name-swap twin keeps no fragment of the substitute's name",
                                          _substitute_fragment),
     **{rule: EXTRA_RULES[rule] for rule in ("bio_birth_city_country", "bio_living_described_dead",
-                                            "bio_noun_as_adjective")},
+                                            "bio_noun_as_adjective", *bio_plausible.TEXT_RULES)},
 }

@@ -30,6 +30,7 @@ REQUIRED = {
     ),
     "quotes.json": ("quotes", ("id", "saying", "last_word", "alternatives")),
     "about.json": ("about", ("subject", "sentences")),
+    "people_about.json": ("about", ("person", "sentences")),
 }
 
 

@@ -58,7 +58,7 @@ def test_schema_is_the_same_for_every_dataset(built):
 
 
 def test_counts(built):
-    assert len(built["cf_bio"]) >= 900
+    assert len(built["cf_bio"]) >= 700  # version 5 leaves out items no plausible counterfactual fits
     assert len(built["cf_world_facts"]) >= 800
     assert len({i.relation for i in built["cf_world_facts"]}) >= 7
     assert len(built["cf_capitals"]) >= 175  # 178: Micronesia and Nauru have no other city the table vouches for
@@ -134,7 +134,7 @@ def test_bio_attribute_items_change_one_attribute(built):
     counts = Counter(i.relation for i in attrs)
     assert counts["birth_year"] <= len(people) and counts["nationality"] <= len(people)
     assert counts["birth_city"] <= len(people) - len(gives_away)
-    assert min(counts.values()) >= 0.8 * len(people)
+    assert min(counts.values()) >= 0.75 * len(people)  # v5: no stub or off-language nationality items
     for item in attrs:
         person = people[item.subject]
         assert item.parametric_answer == str(person[item.relation])

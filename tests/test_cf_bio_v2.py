@@ -46,13 +46,6 @@ def inject_birth_city_country(items):
     return _swap(items, item, replace(item, context=item.context.replace(f"{city}, in {country}", f"{city}, in Japan")))
 
 
-def inject_impossible_lifespan(items):
-    item = _first(items, "birth_year", lambda i, p: p["death_year"] is not None)
-    born = str(PEOPLE[item.subject]["death_year"] - 7)  # "born in 1845 ... died in 1852"
-    context = item.context.replace(item.counterfactual_answer, born)
-    return _swap(items, item, replace(item, counterfactual_answer=born, context=context))
-
-
 def inject_living_described_dead(items):
     item = _first(items, "person_name", lambda i, p: p["death_year"] is None)
     return _swap(items, item, replace(item, context=item.context + " The politician died in 1890."))
@@ -113,7 +106,6 @@ CASES = {
     "bio_nationality_implied": inject_nationality_implied,
     "bio_birth_city_not_born_in": inject_birth_city_not_born_in,
     "bio_birth_city_country": inject_birth_city_country,
-    "bio_impossible_lifespan": inject_impossible_lifespan,
     "bio_living_described_dead": inject_living_described_dead,
     "bio_substitute_incompatible": inject_substitute_incompatible,
     "bio_noun_as_adjective": inject_noun_as_adjective,
@@ -123,7 +115,9 @@ CASES = {
 
 
 def test_every_extra_rule_has_a_case():
-    assert set(CASES) == set(cf_bio.EXTRA_RULES)
+    from test_cf_bio_v5 import CASES as V5_CASES
+
+    assert set(CASES) | set(V5_CASES) == set(cf_bio.EXTRA_RULES)
 
 
 @pytest.mark.parametrize("rule", sorted(CASES))
@@ -141,18 +135,13 @@ def test_a_legacy_is_caught_for_the_living(items):  # "legacy" reads like an obi
     assert len(hit) == 1 and bad_id in hit[0]
 
 
-def test_every_person_has_a_career_sentence_of_their_domain(items):
-    for item in items:
-        pool = cf_bio.CAREER.get(PEOPLE[item.subject]["domain"], cf_bio.CAREER["other"])
-        # the longest stretch of each template without a placeholder ("music is performed around the world")
-        cores = [max(re.split(r"\{\w+\}", t), key=len).strip(" .") for t in pool]
-        assert any(core in item.context for core in cores), item.id
-
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_team_seeds_validate_with_enough_items(seed):
     items = build_validated("cf_bio", seed)
-    assert len(items) >= 900
+    # version 5 leaves out a name swap with no substitute of the same domain, language and forms, alive and
+    # adult at the first work, and a nationality item whose works all name the real nationality or whose
+    # language no other nationality fits
+    assert len(items) >= 700
     counts = Counter(i.relation for i in items)
     assert min(counts.values()) >= 150, counts
 
@@ -180,13 +169,3 @@ def test_birth_city_items_keep_the_real_birth_country(items):
         person = PEOPLE[item.subject]
         expected = f"born in {item.counterfactual_answer}, in {country_in_text(person['birth_country'])}"
         assert expected in item.context, item.id
-
-
-def test_a_later_counterfactual_birth_year_is_caught(items):
-    """Works carry no dates: a later birth could put Vostok 6 or Hamlet before it, so only earlier years."""
-    item = _first(items, "birth_year", lambda i, p: p["death_year"] is not None)
-    later = str(PEOPLE[item.subject]["birth_year"] + 5)  # a possible lifespan, but later than the real birth
-    context = item.context.replace(item.counterfactual_answer, later)
-    broken, bad_id = _swap(items, item, replace(item, counterfactual_answer=later, context=context))
-    hit = [line for line in failures(broken) if line.startswith("bio_impossible_lifespan:")]
-    assert len(hit) == 1 and bad_id in hit[0]
