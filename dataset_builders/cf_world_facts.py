@@ -40,7 +40,7 @@ from functools import lru_cache
 from cf_tasks.registry import twin_name
 from cf_tasks.text import contains_any, words
 
-from . import tables
+from . import cues, tables
 from .common import POSITIONS, article_from_templates, balanced, make_rng, passage_from_templates, same_answer, slug
 from .schema import Item, answer_position, fill
 
@@ -105,9 +105,17 @@ def build_passage_items(
                   **fact.get("values", {})}
         args = (templates, values, cf_answer, [] if mention else parametric, position, mention, rng, agree_rng)
         if "kind" in templates:
+            # no sentence that the subject's own description contradicts (cues.contradicted_templates)
+            own = {**templates, **{pool: [t for t in templates[pool] if t not in fact.get("contradicted", ())]
+                                   for pool in ("reason_sentences", "filler_sentences")}}
+            args = (own, *args[1:])
             passage = article_from_templates(*args, about=fact["about"])
         else:
             passage = passage_from_templates(*args)
+        agree = passage.agree
+        if mention:
+            agree = length_matched_twin(passage, own if "kind" in templates else templates, values,
+                                        [cf_answer, *parametric], agree_rng)
         item = Item(
             id=f"{dataset}-{templates['relation']}-{slug(fact['subject'])}-{k}",
             dataset=dataset,
@@ -124,8 +132,31 @@ def build_passage_items(
             version=version,
             seed=seed,
         )
-        items.append((item, passage.agree))
+        items.append((item, agree))
     return items
+
+
+LENGTH_SLACK = 2  # words: a spare filler within this of the gap may close it
+
+
+def length_matched_twin(passage, templates: dict, values: dict, forbidden: list[str],
+                        agree_rng: random.Random) -> list[str]:
+    """The twin of a ``_former`` passage, as long as the passage: the sentence that names both answers is
+    longer than the twin's answer sentence, so the twin gets a spare filler of about the missing length
+    (beside its answer sentence, which keeps its position), where one fits. Without it the ``_former``
+    passage would be 8 words longer on average, a cue that tells the two apart."""
+    agree = list(passage.agree)
+    gap = len(" ".join(passage.sentences).split()) - len(" ".join(agree).split())
+    used = {s.casefold() for s in [*passage.sentences, *agree]}
+    spare = [fill(t, **values) for t in templates["filler_sentences"]]
+    spare = [s for s in spare if s.casefold() not in used and not contains_any(s, forbidden)]
+    close = [s for s in spare if abs(len(s.split()) - gap) <= LENGTH_SLACK]
+    if gap <= LENGTH_SLACK or not close:
+        return agree
+    extra = close[agree_rng.randrange(len(close))]
+    answer_at = next((n for n, s in enumerate(agree) if s not in passage.sentences), len(agree) - 1)
+    agree.insert(answer_at if answer_at == len(agree) - 1 else answer_at + 1, extra)
+    return agree
 
 
 # --- plausibility, from the tables ----------------------------------------------------------------
@@ -222,6 +253,8 @@ def plausible(record: dict, fact: dict, cf: str, cf_aliases: list[str]) -> bool:
         return False
     if "collections" in record and not collects(record, cf, work_year(fact)):
         return False
+    if not cues.creator_fits(record, fact, cf) or not cues.speaks_name(record, fact, cf):
+        return False
     return not also_true(record, fact["answer"], [cf, *cf_aliases])
 
 
@@ -263,6 +296,7 @@ def prepared_facts(record: dict) -> list[dict]:
             "values": number_values(fact.get("plural", False)),
             "about": tables.about().get(fact["subject"], []) if record.get("described") else [],
             "shared_containers": {a: forms for a, forms in shared.items() if forms},
+            "contradicted": sorted(cues.contradicted_templates(record, fact["subject"])),
         })
     return out
 
@@ -549,6 +583,7 @@ EXTRA_RULES = {
     "names_only_in_answer_sentence": ("only the answer sentence names a person, place, nationality or answer of the "
                                       "tables, or a year (about.json sentences hold for any answer)",
                                       _names_outside_answer),
+    **cues.RULES,
 }
 
 # The agreeing twins (cf_world_facts_agree, cf_world_facts_former_agree): the rules above that are about
@@ -560,4 +595,5 @@ AGREE_RULES = {
     "plural_agreement": EXTRA_RULES["plural_agreement"],
     "sentence_case": EXTRA_RULES["sentence_case"],
     "sentence_refers_to_subject": EXTRA_RULES["sentence_refers_to_subject"],
+    **cues.TEXT_RULES,
 }
