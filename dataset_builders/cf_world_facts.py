@@ -213,7 +213,7 @@ def also_true(record: dict, truth: str, cf_forms: list[str]) -> bool:
     answer (``within``), or shares its metropolitan area (``metro_areas``)."""
     if any(same_answer(truth, c) for c in containers(record, cf_forms[0])):
         return True
-    related = containers(record, truth)
+    related = containers(record, truth) + record.get("name_clashes", {}).get(truth, [])
     related += [city for area in record.get("metro_areas", {}).values()
                 if any(same_answer(truth, c) for c in area) for city in area if not same_answer(city, truth)]
     return any(same_answer(f, r) for f in cf_forms for r in related)
