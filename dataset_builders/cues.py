@@ -12,7 +12,8 @@ that such a cue speaks against can be read as wrong from the passage alone, and 
   description fit. A counterfactual creator shares the form and one culture (``creator_fits``).
 - ``name_languages`` of a landmark or mountain fact: the languages its name speaks ([]: none); a
   counterfactual place speaks one of them (``speaks_name``). A city's languages are the relation's
-  ``languages``; a country's come from countries.json (``language``, ``other_languages``).
+  ``languages``; a country's come from countries.json (``language``, ``other_languages``) and the
+  relation's ``regional_languages`` (Hawaiian in the United States).
 - ``denies`` of an about.json record (the Analytical Engine was never fully ``built``) and a
   relation's ``presumes`` (the templates that take for granted that the subject was ``built``): no
   passage holds a sentence its own description contradicts (``contradicted_templates``).
@@ -45,13 +46,16 @@ def _country_languages() -> dict[str, list[str]]:
 
 
 def answer_languages(record: dict, answer: str) -> list[str]:
-    """The languages spoken in a place answer: the relation's ``languages``, else countries.json."""
+    """The languages spoken in a place answer: the relation's ``languages``, else countries.json's
+    official ones and the relation's ``regional_languages`` (Hawaiian in the United States)."""
     table = record.get("languages") or _country_languages()
     found = [langs for place, langs in table.items() if same_answer(place, answer)]
     if len(found) != 1:
         raise ValueError(f"relations.json {record['relation']}: {answer!r} needs its languages in exactly one "
                          f"place (the relation's languages or countries.json)")
-    return found[0]
+    regional = [lang for place, langs in record.get("regional_languages", {}).items() if same_answer(place, answer)
+                for lang in langs]
+    return [*found[0], *regional]
 
 
 def speaks_name(record: dict, fact: dict, place: str) -> bool:
@@ -72,8 +76,9 @@ def contradicted_templates(record: dict, subject: str) -> set[str]:
 
 
 def template_pattern(template: str) -> re.Pattern:
-    """A filled template, with the subject given by name, kind or "it" (any words) and number forms."""
-    text = re.escape(template)
+    """A filled template (its final full stop left off), with the subject given by name, kind or "it"
+    (any words) and number forms."""
+    text = re.escape(template.rstrip("."))
     for slot in ("subject", "Subject", "it", "its"):
         text = text.replace(re.escape("{" + slot + "}"), r"[\w' .-]+?")
     text = re.sub(r"\\\{(is|was|has)\\\}", r"\\w+", text).replace(re.escape("{s}"), "s?")
@@ -181,6 +186,12 @@ def _former_length_gap(items: list[Item]) -> list[str]:
     return [f"<mean gap {gap:+.1f} words>"] if abs(gap) > FORMER_LENGTH_GAP else []
 
 
+def _city_accepts_other_place(items: list[Item]) -> list[str]:
+    """A question for a city accepts only the city's own forms (not "Washington", the Space Needle's state)."""
+    return [i.id for i in items if (found := _found(i)) and found[0]["answer_label"] == "city"
+            and any(a not in found[1].get("answer_aliases", []) for a in i.parametric_aliases)]
+
+
 TEXT_RULES = {
     "description_not_contradicted": ("no sentence presumes what the subject's own description denies (presumes, "
                                      "denies)", _contradicted),
@@ -193,6 +204,8 @@ RULES = {
                           "(creator_traits)", _creator_misfit),
     "place_speaks_name": ("a counterfactual place speaks a language of the subject's name (name_languages)",
                           _place_misfit),
+    "city_answer_only_city": ("a city question accepts only the true city's own forms, no state or region it lies in",
+                              _city_accepts_other_place),
     "former_length_matched": (f"a _former passage is as long as its twin on average (within {FORMER_LENGTH_GAP} "
                               "words)", _former_length_gap),
     **TEXT_RULES,
