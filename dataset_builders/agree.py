@@ -155,10 +155,10 @@ and the memorised saying agree. ``counterfactual_answer`` keeps the word the twi
 # In the order of the datasets they mirror.
 TWINS: tuple[Twin, ...] = (
     Twin(cf_bio.NAME, 3, lambda twin, seed: cf_bio.build_pairs(seed), cf_bio.AGREE_RULES, CF_BIO_AGREE_DOC),
-    Twin(cf_world_facts.NAME, 3,
+    Twin(cf_world_facts.NAME, 4,
          lambda twin, seed: cf_world_facts.build_pairs(cf_world_facts.NAME, cf_world_facts.VERSION, seed, former=False),
          cf_world_facts.AGREE_RULES, CF_WORLD_FACTS_AGREE_DOC),
-    Twin(cf_world_facts_former.NAME, 3,
+    Twin(cf_world_facts_former.NAME, 4,
          lambda twin, seed: cf_world_facts.build_pairs(cf_world_facts_former.NAME, cf_world_facts_former.VERSION, seed,
                                                        former=True),
          cf_world_facts.AGREE_RULES, CF_WORLD_FACTS_FORMER_AGREE_DOC),
@@ -166,5 +166,5 @@ TWINS: tuple[Twin, ...] = (
          lambda twin, seed: cf_capitals.build_pairs(cf_capitals.NAME, cf_capitals.VERSION, seed, former=False),
          cf_capitals.AGREE_RULES, CF_CAPITALS_AGREE_DOC),
     Twin(cf_capitals_former.NAME, 2, belief_pairs, BELIEF_RULES, CF_CAPITALS_FORMER_AGREE_DOC),
-    Twin(cf_quotes.NAME, 2, lambda twin, seed: cf_quotes.build_pairs(seed), cf_quotes.AGREE_RULES, CF_QUOTES_AGREE_DOC),
+    Twin(cf_quotes.NAME, 3, lambda twin, seed: cf_quotes.build_pairs(seed), cf_quotes.AGREE_RULES, CF_QUOTES_AGREE_DOC),
 )

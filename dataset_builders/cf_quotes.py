@@ -29,7 +29,7 @@ from .common import make_rng, same_answer
 from .schema import Item
 
 NAME = "cf_quotes"
-VERSION = 3
+VERSION = 4
 INSTRUCTION = 'Write a quote that ends in the word "{word}":'
 MIN_PROMPT_WORDS = 3
 _ASKED = re.compile(re.escape(INSTRUCTION).replace(re.escape("{word}"), "(.+)"))

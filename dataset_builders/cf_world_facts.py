@@ -45,7 +45,7 @@ from .common import POSITIONS, article_from_templates, balanced, make_rng, passa
 from .schema import Item, answer_position, fill
 
 NAME = "cf_world_facts"
-VERSION = 4
+VERSION = 5
 ITEMS_PER_FACT = 3  # distinct counterfactuals per fact (fewer where fewer candidates exist)
 FORMER_ITEMS_PER_FACT = 1
 MIN_CREATOR_AGE = 20
@@ -113,9 +113,8 @@ def build_passage_items(
         else:
             passage = passage_from_templates(*args)
         agree = passage.agree
-        if mention:
-            agree = length_matched_twin(passage, own if "kind" in templates else templates, values,
-                                        [cf_answer, *parametric], agree_rng)
+        if mention and "kind" in templates:  # the world-facts articles (cf_capitals keeps its twins)
+            agree = length_matched_twin(passage, own, values, [cf_answer, *parametric], agree_rng)
         item = Item(
             id=f"{dataset}-{templates['relation']}-{slug(fact['subject'])}-{k}",
             dataset=dataset,

@@ -195,7 +195,7 @@ def article_from_templates(templates: dict, values: dict, answer: str, forbidden
     plain = [t for t in templates["reason_sentences"] if ok(t)]
     reasons = plain + [t for t in change_reasons if ok(t)]
     fillers = [t for t in templates["filler_sentences"] if ok(t)]
-    n_body = rng.randint(5, 8) - len(opening)
+    n_body = rng.randint(5, 7) - len(opening)
     n_reasons = min(len(reasons), rng.randint(1, 2), n_body - 1)
     body = rng.sample(reasons, n_reasons) + rng.sample(fillers, min(len(fillers), n_body - n_reasons))
     order = assemble(template, [*opening, *body], position, rng)
