@@ -118,8 +118,10 @@ The same items (ids, questions, answers) and passages, except the sentence that 
 answer as the former or mistaken one ("was once wrongly attributed to Jane Austen, but ..."): a
 sentence stating the true answer takes its place ("Pride and Prejudice was written by Jane
 Austen."), and a reason given for a move ("Relocating the head office ...") gives way to another
-reason, so the twin speaks of no change. ``counterfactual_answer`` keeps the value the twin
-replaced; no form of it is left in the passage.
+reason, so the twin speaks of no change. The stating sentence is shorter than the one it replaces,
+so the twin takes a spare sentence of about the missing length beside it: the two passages are as
+long on average (within 1.5 words), and length tells neither apart. ``counterfactual_answer`` keeps
+the value the twin replaced; no form of it is left in the passage.
 """
 
 CF_CAPITALS_AGREE_DOC = """CF_Capitals_Agree: the agreeing twin of ``cf_capitals``.

@@ -13,6 +13,9 @@ Version 3: sayings whose prompt has more than one memorised ending ("A piece of"
 out (quotes.json ``ambiguous``), and an ending or asked word with an American and a British spelling
 (valor / valour) takes the other as an alias (``spelling_variants``).
 
+Version 4: an ending written closed, open or hyphenated takes its other forms as aliases too
+(midstream / mid-stream, bathwater / bath water), and the quote tasks score every alias.
+
 ``build_pairs`` gives each item the instruction of its agreeing twin ``cf_quotes_agree``,
 which asks for the saying's own ending; ``AGREE_RULES`` check it.
 """

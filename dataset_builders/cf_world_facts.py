@@ -1,6 +1,6 @@
 """CF_World_Facts: coherent counterfactual passages about world facts (paper section 3.2, item 2).
 
-Each fact of ``data/relations.json`` gets a passage of 6-9 sentences, written like a short article
+Each fact of ``data/relations.json`` gets a passage of 6-8 sentences, written like a short article
 (``article_from_templates``: an introduction; for a book, invention, piece of music, museum's
 painting or company (the relations marked ``described``), what it is and one documented detail from
 ``data/about.json``; its history; how it is seen), that states another answer of the same
@@ -19,7 +19,13 @@ The counterfactual is plausible by construction, from fields of the table (one h
   (``within``; the containers count as true aliases, except those that contain the counterfactual too,
   which the context implies), never a city of the same ``metro_areas``;
 - a subject whose name places it or names its maker (India Gate, the AK-47: ``name_implies_answer``)
-  gets no counterfactual, and every answer sentence states the answer rather than implying it.
+  gets no counterfactual, and every answer sentence states the answer rather than implying it;
+- nothing in the passage argues against the counterfactual (``cues``): a substitute author or
+  composer writes in the work's form and shares a culture its title, characters and description fit
+  (no novel about Raskolnikov by a poet, no jazz for Elgar); a substitute landmark city or mountain
+  country speaks a language of the subject's name (the Arc de Triomphe goes to Brussels, not
+  Vienna); no sentence presumes what the subject's description denies (the Analytical Engine, never
+  fully built, gets no "later improvements").
 
 Facts left without a candidate are dropped. Items whose context names the true answer ("moved its
 headquarters from Cupertino to Seattle") are the ``cf_world_facts_former`` dataset (``build_items``
@@ -28,7 +34,7 @@ speaks of a change (``EXTRA_RULES``).
 
 ``build_pairs`` gives each item the sentences of its agreeing twin (``cf_world_facts_agree``,
 ``cf_world_facts_former_agree``): the same passage stating the true answer, checked by
-``AGREE_RULES``.
+``AGREE_RULES``; the twin of a ``_former`` passage is as long as the passage (``length_matched_twin``).
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def passage_from_templates(
 
 
 # Shares of the ways a later sentence of an article refers to its subject (article_from_templates).
-REFERENCE_WEIGHTS = {"name": 0.4, "kind": 0.35, "pronoun": 0.25}
+REFERENCE_WEIGHTS = {"name": 0.15, "kind": 0.3, "pronoun": 0.55}
 
 
 def _compares(template: str, kinds: list[str]) -> bool:
@@ -173,7 +173,7 @@ def _refer(template: str, values: dict, reference: str, kind_noun: str) -> str:
 def article_from_templates(templates: dict, values: dict, answer: str, forbidden: list[str], position: str,
                            mentions_parametric: bool, rng: random.Random, agree_rng: random.Random,
                            about: list[str]) -> Passage:
-    """A 6-9 sentence counterfactual passage that reads like a short article, and its twin.
+    """A 6-8 sentence counterfactual passage that reads like a short article, and its twin.
 
     Unlike ``passage_from_templates`` (a shuffled set of sentences, each naming the subject), the
     article opens with a sentence that introduces the subject (``opening_sentences``), then what it

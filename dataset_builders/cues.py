@@ -98,6 +98,12 @@ FORMER_LENGTH_GAP = 1.5  # words: the most a _former passage may be longer or sh
 _SPLIT = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-zà-ÿ0-9)])[.!?]\s+|(?<=[A-Z]{2})\.\s+(?=[A-Z])")
 
 
+def _parts(item: Item) -> list[str]:
+    """The passage's sentences; a sentence may end with the subject's name ("... as H&M.")."""
+    marked = re.sub(rf"(?<=\b{re.escape(item.subject)})\.\s+(?=[A-Z])", ".\n", item.context)
+    return [p for chunk in marked.split("\n") for p in _SPLIT.split(chunk)]
+
+
 @lru_cache(maxsize=1)
 def _records() -> dict[str, dict]:
     return {r["relation"]: r for r in tables.relations()}
@@ -124,7 +130,7 @@ def _contradicted(items: list[Item]) -> list[str]:
     for i in items:
         found = _found(i)
         patterns = [template_pattern(t) for t in contradicted_templates(found[0], i.subject)] if found else []
-        if any(p.fullmatch(s.strip().rstrip(".")) for p in patterns for s in _SPLIT.split(i.context)):
+        if any(p.fullmatch(s.strip().rstrip(".")) for p in patterns for s in _parts(i)):
             bad.append(i.id)
     return bad
 
@@ -147,7 +153,7 @@ def _it_after_other_noun(items: list[Item]) -> list[str]:
         if not found:
             continue
         heads = [h.casefold() for h in _stand_ins(i, found[0])]
-        parts = _SPLIT.split(i.context)
+        parts = _parts(i)
         if any(s.startswith("It ") and not any(prev.casefold().startswith(h + " ") for h in heads)
                for prev, s in zip(parts, parts[1:])):
             bad.append(i.id)
@@ -163,7 +169,7 @@ def _museum_before_named(items: list[Item]) -> list[str]:
     for i in items:
         if i.relation != "painting_museum":
             continue
-        for s in _SPLIT.split(i.context):
+        for s in _parts(i):
             if contains_any(s, [i.counterfactual_answer, i.parametric_answer]):
                 break
             if _MUSEUM.search(s):

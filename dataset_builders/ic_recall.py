@@ -25,7 +25,9 @@ lines, ``question`` the query line, ``subject`` the query subject, ``parametric_
 query's true answer. In ``ic_recall`` nothing conflicts with it, so ``counterfactual_answer``
 holds the answer of the last in-context pair: the answer a model that copies from the context
 instead of recalling would give (the lm-eval hooks report it as ``copy_rate``). k is not a field
-of the schema; it is the number of pair lines, ``pair_count(context)``.
+of the schema; it is the number of pair lines, ``pair_count(context)``. A query's other true answers
+(another official language, a nationality alias, a sea that contains a river's mouth) count as its
+parametric aliases, and no pair shows one (``widened``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cf_tasks.text import contains_any
-from dataset_builders import DEFAULT_SEED, build, cf_world_facts, tables
+from dataset_builders import DEFAULT_SEED, build, cf_world_facts, cues, tables
 from dataset_builders.common import same_answer
 from dataset_builders.validate import build_validated, failures
 
@@ -153,8 +153,8 @@ CASES = {
 }
 
 
-def test_every_world_facts_rule_has_a_case():
-    assert set(CASES) == set(cf_world_facts.EXTRA_RULES)
+def test_every_world_facts_rule_has_a_case():  # the cues rules have theirs in test_world_facts_v5.py
+    assert set(CASES) | set(cues.RULES) == set(cf_world_facts.EXTRA_RULES)
 
 
 @pytest.mark.parametrize("rule,inject", [(r, f) for r, fs in CASES.items() for f in fs],
@@ -169,7 +169,8 @@ def test_rule_catches_injected_defect(items, rule, inject):
 def test_both_datasets_validate_on_every_seed(seed):
     default = build_validated("cf_world_facts", seed)
     former = build_validated("cf_world_facts_former", seed)
-    assert len(default) >= 800 and len(former) >= 350
+    # facts without a candidate that fits every cue are left out (753 and 328 items in version 5)
+    assert len(default) >= 700 and len(former) >= 300
     assert not any(i.mentions_parametric for i in default) and all(i.mentions_parametric for i in former)
     for built in (default, former):
         shares = Counter(i.answer_position for i in built)
