@@ -118,6 +118,10 @@ def build_passage_items(
             passage = article_from_templates(*args, about=fact["about"])
         else:
             passage = passage_from_templates(*args)
+        # an answer that ends a sentence with its own full stop ("Washington, D.C.") takes no second one
+        if "kind" in templates:
+            passage = passage._replace(sentences=[_one_stop(s) for s in passage.sentences],
+                                       agree=[_one_stop(s) for s in passage.agree])
         agree = passage.agree
         if mention and "kind" in templates:  # the world-facts articles (cf_capitals keeps its twins)
             agree = length_matched_twin(passage, own, values, [cf_answer, *parametric], agree_rng)
@@ -139,6 +143,10 @@ def build_passage_items(
         )
         items.append((item, agree))
     return items
+
+
+def _one_stop(sentence: str) -> str:
+    return sentence[:-1] if sentence.endswith("..") else sentence
 
 
 LENGTH_SLACK = 2  # words: a spare filler within this of the gap may close it

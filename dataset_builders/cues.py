@@ -198,7 +198,12 @@ def _city_accepts_other_place(items: list[Item]) -> list[str]:
             and any(a not in found[1].get("answer_aliases", []) for a in i.parametric_aliases)]
 
 
+def _double_stop(items: list[Item]) -> list[str]:
+    return [i.id for i in items if ".." in i.context]
+
+
 TEXT_RULES = {
+    "single_full_stop": ('no sentence ends with two full stops ("Washington, D.C.."))', _double_stop),
     "description_not_contradicted": ("no sentence presumes what the subject's own description denies (presumes, "
                                      "denies)", _contradicted),
     "kind_once": ("a passage calls its subject by its kind (the landmark) at most once", _kind_repeated),

@@ -82,7 +82,13 @@ def inject_state_for_a_city(items):  # "Washington" accepted for the Space Needl
     return _inject(items, item, parametric_aliases=[*item.parametric_aliases, "Washington"])
 
 
+def inject_double_stop(items):  # "... the best-known sights of Washington, D.C.."
+    item = next(i for i in items if i.relation == "landmark_city")
+    return _inject(items, item, context=item.context.rstrip(".") + "..")
+
+
 CASES = {
+    "single_full_stop": [inject_double_stop],
     "creator_fits_work": [inject_poet_for_a_russian_novel, inject_german_for_an_italian_opera],
     "place_speaks_name": [inject_german_name_in_moscow],
     "description_not_contradicted": [inject_contradicted_filler],
