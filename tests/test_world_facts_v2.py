@@ -306,7 +306,9 @@ def test_the_subject_is_referred_to_in_all_three_ways(items):
             record = cf_world_facts.relations_by_name()[item.relation]
             starts["it" if sentence.startswith("It ") else "kind" if contains_any(sentence, record["kind"])
                    else "name" if contains_any(sentence, [item.subject]) else "none"] += 1
-    assert starts["none"] == 0 and min(starts["it"], starts["kind"], starts["name"]) > 0.1 * sum(starts.values())
+    # each way in at least 5% of sentences: since version 5 the kind is used once per passage and "It" only
+    # after a sentence about the subject (rules kind_once, it_follows_subject), so "it" is the rarest
+    assert starts["none"] == 0 and min(starts["it"], starts["kind"], starts["name"]) > 0.05 * sum(starts.values())
 
 
 def test_no_reference_by_kind_or_it_twice_in_a_row(items):
