@@ -124,7 +124,7 @@ def build_passage_items(
                                        agree=[_one_stop(s) for s in passage.agree])
         agree = passage.agree
         if mention and "kind" in templates:  # the world-facts articles (cf_capitals keeps its twins)
-            agree = length_matched_twin(passage, own, values, [cf_answer, *parametric], agree_rng)
+            agree = length_matched_twin(passage, own, values, [cf_answer, *parametric], parametric, agree_rng)
         item = Item(
             id=f"{dataset}-{templates['relation']}-{slug(fact['subject'])}-{k}",
             dataset=dataset,
@@ -152,7 +152,7 @@ def _one_stop(sentence: str) -> str:
 LENGTH_SLACK = 2  # words: a spare filler within this of the gap may close it
 
 
-def length_matched_twin(passage, templates: dict, values: dict, forbidden: list[str],
+def length_matched_twin(passage, templates: dict, values: dict, forbidden: list[str], truth: list[str],
                         agree_rng: random.Random) -> list[str]:
     """The twin of a ``_former`` passage, as long as the passage: the sentence that names both answers is
     longer than the twin's answer sentence, so the twin gets a spare filler of about the missing length
@@ -167,7 +167,7 @@ def length_matched_twin(passage, templates: dict, values: dict, forbidden: list[
     if gap <= LENGTH_SLACK or not close:
         return agree
     extra = close[agree_rng.randrange(len(close))]
-    answer_at = next((n for n, s in enumerate(agree) if s not in passage.sentences), len(agree) - 1)
+    answer_at = next((n for n, s in enumerate(agree) if contains_any(s, truth)), len(agree) - 1)
     agree.insert(answer_at if answer_at == len(agree) - 1 else answer_at + 1, extra)
     return agree
 

@@ -80,7 +80,7 @@ def template_pattern(template: str) -> re.Pattern:
     (any words) and number forms."""
     text = re.escape(template.rstrip("."))
     for slot in ("subject", "Subject", "it", "its"):
-        text = text.replace(re.escape("{" + slot + "}"), r"[\w' .-]+?")
+        text = text.replace(re.escape("{" + slot + "}"), r".+?")
     text = re.sub(r"\\\{(is|was|has)\\\}", r"\\w+", text).replace(re.escape("{s}"), "s?")
     return re.compile(text, re.IGNORECASE)
 
