@@ -8,6 +8,8 @@ Three measures, per family (world facts, biographies, capitals):
   passage's first ``FIRST_TOKENS`` tokens is printed beside it, which compares passages of unequal
   length fairly;
 - distinct word bigrams per 100 words, pooled over the sampled passages: higher repeats itself less;
+  they fall as text grows, so the figure over the sample's first ``BIGRAM_WORDS`` words is printed
+  beside it, which compares sources of unequal length fairly;
 - the most frequent sentence frame's share, over every passage of each of our datasets: a frame is a
   sentence with its item's names and values masked (subject, answers, years, places, works).
 
@@ -48,6 +50,22 @@ def bigrams_per_100_words(passages: list[str]) -> float:
         total += len(ws)
         seen.update(zip(ws, ws[1:]))
     return 100 * len(seen) / max(total, 1)
+
+
+BIGRAM_WORDS = 4000  # distinct bigrams grow less than words: compare sources over the same number of words
+
+
+def bigrams_at_words(passages: list[str], n_words: int = BIGRAM_WORDS) -> float:
+    """``bigrams_per_100_words`` over the first ``n_words`` words of ``passages`` (the last one cut),
+    so that sources of unequal length compare fairly."""
+    kept, total = [], 0
+    for text in passages:
+        ws = words(text)[: n_words - total]
+        kept.append(" ".join(ws))
+        total += len(ws)
+        if total >= n_words:
+            break
+    return bigrams_per_100_words(kept)
 
 
 def paper_passages(folder: Path, family: str) -> list[str]:
@@ -140,7 +158,7 @@ def main() -> None:
     import dataset_builders
 
     print(f"{'family':12s} {'source':24s} {'passages':>8s} {'words':>6s} {'loss/token':>10s} "
-          f"{'first ' + str(FIRST_TOKENS):>9s} {'bigrams/100w':>12s}")
+          f"{'first ' + str(FIRST_TOKENS):>9s} {'bigrams/100w':>12s} {'at ' + str(BIGRAM_WORDS) + 'w':>8s}")
     for family, dataset in FAMILIES.items():
         if args.family and family not in args.family:
             continue
@@ -154,7 +172,7 @@ def main() -> None:
             loss, first = ("-", "-") if args.no_model else (f"{v:.2f}" for v in mean_token_loss(sample))
             mean_words = sum(len(words(p)) for p in sample) / len(sample)
             print(f"{family:12s} {source:24s} {len(sample):8d} {mean_words:6.0f} {loss:>10s} {first:>9s} "
-                  f"{bigrams_per_100_words(sample):12.1f}")
+                  f"{bigrams_per_100_words(sample):12.1f} {bigrams_at_words(sample):8.1f}")
     if args.paper_only:
         return
     print()

@@ -63,7 +63,7 @@ from .text import ARTICLES, words
 # The version of the rules above: bump it with every change that can move a score. It is part of
 # every sweep result's settings (a bump makes the sweep rescore its stored samples) and is written
 # into results JSON, sweep.csv and the dataset card.
-SCORER_VERSION = 1
+SCORER_VERSION = 2
 FUZZY_MIN_SIMILARITY = 87.0  # percent, Indel ratio; "Einstien" ~ "Einstein" is 87.5
 FUZZY_MAX_EDITS = 1  # OSA edits; one more for forms of FUZZY_LONG_FORM letters or more
 FUZZY_LONG_FORM = 12
@@ -298,27 +298,29 @@ def _plain_words(text: str) -> list[str]:
     return [NUMBER_WORDS.get(t, t) for t in words(text)]
 
 
-def score_quote(generation: str, saying: str, counterfactual: str, parametric: str, instruction: str = "") -> Outcome:
+def score_quote(generation: str, saying: str, counterfactual: str, parametric: str, instruction: str = "",
+                counterfactual_aliases: Iterable[str] = (), parametric_aliases: Iterable[str] = ()) -> Outcome:
     """Which ending the generation completes ``saying`` (the saying without its last word) with.
 
     An ending counts when it is the generation's first word (after quotes, punctuation and a
     restated ``instruction``; an article is a first word too: "The title of a book ..." does not
     complete "Don't judge a book by its" with "title") or when it follows the saying's last
-    ``QUOTE_TAIL`` words anywhere in the generation. Exact words only: no aliases, no
-    misspellings, no negation rule (a negation word of the saying is part of it).
+    ``QUOTE_TAIL`` words anywhere in the generation. Exact words only: no misspellings, no negation
+    rule (a negation word of the saying is part of it); an ending's other remembered forms, its
+    aliases ("midstream" / "mid-stream", "bold" / "brave", "valor" / "valour"), count as the ending.
     """
     plain = _plain_words(generation)
     first = plain[_first_completion(plain, _plain_words(instruction)):]
     gen = _tokens(generation)
     tail = _tokens(saying)[-QUOTE_TAIL:]
-    hits = []
-    for answer in (counterfactual, parametric):
+    def completes(answer: str) -> bool:
         form, folded = _plain_words(answer), _tokens(answer)
         n = len(folded)
         opens = bool(form) and first[: len(form)] == form
-        after_tail = bool(folded) and any(
+        return opens or (bool(folded) and any(
             gen[i : i + len(tail)] == tail and gen[i + len(tail) : i + len(tail) + n] == folded
             for i in range(len(gen) - len(tail) - n + 1)
-        )
-        hits.append(opens or after_tail)
-    return Outcome(counterfactual=hits[0], parametric=hits[1])
+        ))
+
+    return Outcome(counterfactual=any(map(completes, [counterfactual, *counterfactual_aliases])),
+                   parametric=any(map(completes, [parametric, *parametric_aliases])))

@@ -119,7 +119,9 @@ def score_doc(doc: dict, generation: str):
     tasks (whose ``question`` is the saying without its last word), a stated answer otherwise."""
     if doc.get("relation") in QUOTE_RELATIONS:
         return score_quote(generation, doc["question"], doc["counterfactual_answer"], doc["parametric_answer"],
-                           instruction=doc.get("context") or "")
+                           instruction=doc.get("context") or "",
+                           counterfactual_aliases=doc.get("counterfactual_aliases") or (),
+                           parametric_aliases=doc.get("parametric_aliases") or ())
     return score(
         _pair_answer(doc, generation),
         doc["counterfactual_answer"],

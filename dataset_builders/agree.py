@@ -118,8 +118,10 @@ The same items (ids, questions, answers) and passages, except the sentence that 
 answer as the former or mistaken one ("was once wrongly attributed to Jane Austen, but ..."): a
 sentence stating the true answer takes its place ("Pride and Prejudice was written by Jane
 Austen."), and a reason given for a move ("Relocating the head office ...") gives way to another
-reason, so the twin speaks of no change. ``counterfactual_answer`` keeps the value the twin
-replaced; no form of it is left in the passage.
+reason, so the twin speaks of no change. The stating sentence is shorter than the one it replaces,
+so the twin takes a spare sentence of about the missing length beside it: the two passages are as
+long on average (within 1.5 words), and length tells neither apart. ``counterfactual_answer`` keeps
+the value the twin replaced; no form of it is left in the passage.
 """
 
 CF_CAPITALS_AGREE_DOC = """CF_Capitals_Agree: the agreeing twin of ``cf_capitals``.
@@ -155,10 +157,10 @@ and the memorised saying agree. ``counterfactual_answer`` keeps the word the twi
 # In the order of the datasets they mirror.
 TWINS: tuple[Twin, ...] = (
     Twin(cf_bio.NAME, 4, lambda twin, seed: cf_bio.build_pairs(seed), cf_bio.AGREE_RULES, CF_BIO_AGREE_DOC),
-    Twin(cf_world_facts.NAME, 3,
+    Twin(cf_world_facts.NAME, 4,
          lambda twin, seed: cf_world_facts.build_pairs(cf_world_facts.NAME, cf_world_facts.VERSION, seed, former=False),
          cf_world_facts.AGREE_RULES, CF_WORLD_FACTS_AGREE_DOC),
-    Twin(cf_world_facts_former.NAME, 3,
+    Twin(cf_world_facts_former.NAME, 4,
          lambda twin, seed: cf_world_facts.build_pairs(cf_world_facts_former.NAME, cf_world_facts_former.VERSION, seed,
                                                        former=True),
          cf_world_facts.AGREE_RULES, CF_WORLD_FACTS_FORMER_AGREE_DOC),
@@ -166,5 +168,5 @@ TWINS: tuple[Twin, ...] = (
          lambda twin, seed: cf_capitals.build_pairs(cf_capitals.NAME, cf_capitals.VERSION, seed, former=False),
          cf_capitals.AGREE_RULES, CF_CAPITALS_AGREE_DOC),
     Twin(cf_capitals_former.NAME, 2, belief_pairs, BELIEF_RULES, CF_CAPITALS_FORMER_AGREE_DOC),
-    Twin(cf_quotes.NAME, 2, lambda twin, seed: cf_quotes.build_pairs(seed), cf_quotes.AGREE_RULES, CF_QUOTES_AGREE_DOC),
+    Twin(cf_quotes.NAME, 3, lambda twin, seed: cf_quotes.build_pairs(seed), cf_quotes.AGREE_RULES, CF_QUOTES_AGREE_DOC),
 )

@@ -13,6 +13,9 @@ Version 3: sayings whose prompt has more than one memorised ending ("A piece of"
 out (quotes.json ``ambiguous``), and an ending or asked word with an American and a British spelling
 (valor / valour) takes the other as an alias (``spelling_variants``).
 
+Version 4: an ending written closed, open or hyphenated takes its other forms as aliases too
+(midstream / mid-stream, bathwater / bath water), and the quote tasks score every alias.
+
 ``build_pairs`` gives each item the instruction of its agreeing twin ``cf_quotes_agree``,
 which asks for the saying's own ending; ``AGREE_RULES`` check it.
 """
@@ -29,7 +32,7 @@ from .common import make_rng, same_answer
 from .schema import Item
 
 NAME = "cf_quotes"
-VERSION = 3
+VERSION = 4
 INSTRUCTION = 'Write a quote that ends in the word "{word}":'
 MIN_PROMPT_WORDS = 3
 _ASKED = re.compile(re.escape(INSTRUCTION).replace(re.escape("{word}"), "(.+)"))

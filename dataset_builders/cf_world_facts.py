@@ -1,6 +1,6 @@
 """CF_World_Facts: coherent counterfactual passages about world facts (paper section 3.2, item 2).
 
-Each fact of ``data/relations.json`` gets a passage of 6-9 sentences, written like a short article
+Each fact of ``data/relations.json`` gets a passage of 6-8 sentences, written like a short article
 (``article_from_templates``: an introduction; for a book, invention, piece of music, museum's
 painting or company (the relations marked ``described``), what it is and one documented detail from
 ``data/about.json``; its history; how it is seen), that states another answer of the same
@@ -19,7 +19,13 @@ The counterfactual is plausible by construction, from fields of the table (one h
   (``within``; the containers count as true aliases, except those that contain the counterfactual too,
   which the context implies), never a city of the same ``metro_areas``;
 - a subject whose name places it or names its maker (India Gate, the AK-47: ``name_implies_answer``)
-  gets no counterfactual, and every answer sentence states the answer rather than implying it.
+  gets no counterfactual, and every answer sentence states the answer rather than implying it;
+- nothing in the passage argues against the counterfactual (``cues``): a substitute author or
+  composer writes in the work's form and shares a culture its title, characters and description fit
+  (no novel about Raskolnikov by a poet, no jazz for Elgar); a substitute landmark city or mountain
+  country speaks a language of the subject's name (the Arc de Triomphe goes to Brussels, not
+  Vienna); no sentence presumes what the subject's description denies (the Analytical Engine, never
+  fully built, gets no "later improvements").
 
 Facts left without a candidate are dropped. Items whose context names the true answer ("moved its
 headquarters from Cupertino to Seattle") are the ``cf_world_facts_former`` dataset (``build_items``
@@ -28,7 +34,7 @@ speaks of a change (``EXTRA_RULES``).
 
 ``build_pairs`` gives each item the sentences of its agreeing twin (``cf_world_facts_agree``,
 ``cf_world_facts_former_agree``): the same passage stating the true answer, checked by
-``AGREE_RULES``.
+``AGREE_RULES``; the twin of a ``_former`` passage is as long as the passage (``length_matched_twin``).
 """
 
 from __future__ import annotations
@@ -40,12 +46,12 @@ from functools import lru_cache
 from cf_tasks.registry import twin_name
 from cf_tasks.text import contains_any, words
 
-from . import tables
+from . import cues, tables
 from .common import POSITIONS, article_from_templates, balanced, make_rng, passage_from_templates, same_answer, slug
 from .schema import Item, answer_position, fill
 
 NAME = "cf_world_facts"
-VERSION = 4
+VERSION = 5
 ITEMS_PER_FACT = 3  # distinct counterfactuals per fact (fewer where fewer candidates exist)
 FORMER_ITEMS_PER_FACT = 1
 MIN_CREATOR_AGE = 20
@@ -105,9 +111,20 @@ def build_passage_items(
                   **fact.get("values", {})}
         args = (templates, values, cf_answer, [] if mention else parametric, position, mention, rng, agree_rng)
         if "kind" in templates:
+            # no sentence that the subject's own description contradicts (cues.contradicted_templates)
+            own = {**templates, **{pool: [t for t in templates[pool] if t not in fact.get("contradicted", ())]
+                                   for pool in ("reason_sentences", "filler_sentences")}}
+            args = (own, *args[1:])
             passage = article_from_templates(*args, about=fact["about"])
         else:
             passage = passage_from_templates(*args)
+        # an answer that ends a sentence with its own full stop ("Washington, D.C.") takes no second one
+        if "kind" in templates:
+            passage = passage._replace(sentences=[_one_stop(s) for s in passage.sentences],
+                                       agree=[_one_stop(s) for s in passage.agree])
+        agree = passage.agree
+        if mention and "kind" in templates:  # the world-facts articles (cf_capitals keeps its twins)
+            agree = length_matched_twin(passage, own, values, [cf_answer, *parametric], parametric, agree_rng)
         item = Item(
             id=f"{dataset}-{templates['relation']}-{slug(fact['subject'])}-{k}",
             dataset=dataset,
@@ -124,8 +141,35 @@ def build_passage_items(
             version=version,
             seed=seed,
         )
-        items.append((item, passage.agree))
+        items.append((item, agree))
     return items
+
+
+def _one_stop(sentence: str) -> str:
+    return sentence[:-1] if sentence.endswith("..") else sentence
+
+
+LENGTH_SLACK = 2  # words: a spare filler within this of the gap may close it
+
+
+def length_matched_twin(passage, templates: dict, values: dict, forbidden: list[str], truth: list[str],
+                        agree_rng: random.Random) -> list[str]:
+    """The twin of a ``_former`` passage, as long as the passage: the sentence that names both answers is
+    longer than the twin's answer sentence, so the twin gets a spare filler of about the missing length
+    (beside its answer sentence, which keeps its position), where one fits. Without it the ``_former``
+    passage would be 8 words longer on average, a cue that tells the two apart."""
+    agree = list(passage.agree)
+    gap = len(" ".join(passage.sentences).split()) - len(" ".join(agree).split())
+    used = {s.casefold() for s in [*passage.sentences, *agree]}
+    spare = [fill(t, **values) for t in templates["filler_sentences"]]
+    spare = [s for s in spare if s.casefold() not in used and not contains_any(s, forbidden)]
+    close = [s for s in spare if abs(len(s.split()) - gap) <= LENGTH_SLACK]
+    if gap <= LENGTH_SLACK or not close:
+        return agree
+    extra = close[agree_rng.randrange(len(close))]
+    answer_at = next((n for n, s in enumerate(agree) if contains_any(s, truth)), len(agree) - 1)
+    agree.insert(answer_at if answer_at == len(agree) - 1 else answer_at + 1, extra)
+    return agree
 
 
 # --- plausibility, from the tables ----------------------------------------------------------------
@@ -182,7 +226,7 @@ def also_true(record: dict, truth: str, cf_forms: list[str]) -> bool:
     answer (``within``), or shares its metropolitan area (``metro_areas``)."""
     if any(same_answer(truth, c) for c in containers(record, cf_forms[0])):
         return True
-    related = containers(record, truth)
+    related = containers(record, truth) + record.get("name_clashes", {}).get(truth, [])
     related += [city for area in record.get("metro_areas", {}).values()
                 if any(same_answer(truth, c) for c in area) for city in area if not same_answer(city, truth)]
     return any(same_answer(f, r) for f in cf_forms for r in related)
@@ -221,6 +265,8 @@ def plausible(record: dict, fact: dict, cf: str, cf_aliases: list[str]) -> bool:
     if "creators" in record and not active_in(lifespans(record["relation"]).get(cf), work_year(fact)):
         return False
     if "collections" in record and not collects(record, cf, work_year(fact)):
+        return False
+    if not cues.creator_fits(record, fact, cf) or not cues.speaks_name(record, fact, cf):
         return False
     return not also_true(record, fact["answer"], [cf, *cf_aliases])
 
@@ -263,6 +309,7 @@ def prepared_facts(record: dict) -> list[dict]:
             "values": number_values(fact.get("plural", False)),
             "about": tables.about().get(fact["subject"], []) if record.get("described") else [],
             "shared_containers": {a: forms for a, forms in shared.items() if forms},
+            "contradicted": sorted(cues.contradicted_templates(record, fact["subject"])),
         })
     return out
 
@@ -549,6 +596,7 @@ EXTRA_RULES = {
     "names_only_in_answer_sentence": ("only the answer sentence names a person, place, nationality or answer of the "
                                       "tables, or a year (about.json sentences hold for any answer)",
                                       _names_outside_answer),
+    **cues.RULES,
 }
 
 # The agreeing twins (cf_world_facts_agree, cf_world_facts_former_agree): the rules above that are about
@@ -560,4 +608,5 @@ AGREE_RULES = {
     "plural_agreement": EXTRA_RULES["plural_agreement"],
     "sentence_case": EXTRA_RULES["sentence_case"],
     "sentence_refers_to_subject": EXTRA_RULES["sentence_refers_to_subject"],
+    **cues.TEXT_RULES,
 }

@@ -147,16 +147,19 @@ def _compares(template: str, kinds: list[str]) -> bool:
 
 
 def _reference(template: str, values: dict, kinds_of: list[str], previous: str, after_answer: bool,
-               rng: random.Random) -> str:
+               rng: random.Random, kind_used: bool = False, after_subject: bool = True) -> str:
     """How a sentence after the first refers to the subject: by name, by its kind ("the river") or, for
     a singular subject at the start of a sentence that names no other thing first, as "it". An
     answer sentence never uses "it", nor does the sentence after it (the answer may be what "it" reads as).
     The kind is not used in a sentence that compares the subject with others of its kind ("Few rivers
     are as ... as", "one of the best-known companies", "is a painting that"), and neither the kind nor
-    "it" twice in a row (``previous``)."""
+    "it" twice in a row (``previous``). The kind is used once in a passage (``kind_used``: "the landmark"
+    twice reads as a template), and "it" only after a sentence about the subject (``after_subject``), not
+    after one about another noun ("The history of the Arc is told ... It is especially striking")."""
     singular = values.get("it") == "it"
-    ways = ["name"] + (["kind"] if singular and previous != "kind" and not _compares(template, kinds_of) else [])
-    if (singular and not after_answer and previous != "pronoun" and template.startswith("{Subject} ")
+    ways = ["name"] + (["kind"] if singular and previous != "kind" and not kind_used
+                       and not _compares(template, kinds_of) else [])
+    if (singular and not after_answer and after_subject and previous != "pronoun" and template.startswith("{Subject} ")
             and "{answer}" not in template and "{Answer}" not in template):
         ways.append("pronoun")
     return rng.choices(ways, [REFERENCE_WEIGHTS[w] for w in ways])[0]
@@ -170,7 +173,7 @@ def _refer(template: str, values: dict, reference: str, kind_noun: str) -> str:
 def article_from_templates(templates: dict, values: dict, answer: str, forbidden: list[str], position: str,
                            mentions_parametric: bool, rng: random.Random, agree_rng: random.Random,
                            about: list[str]) -> Passage:
-    """A 6-9 sentence counterfactual passage that reads like a short article, and its twin.
+    """A 6-8 sentence counterfactual passage that reads like a short article, and its twin.
 
     Unlike ``passage_from_templates`` (a shuffled set of sentences, each naming the subject), the
     article opens with a sentence that introduces the subject (``opening_sentences``), then what it
@@ -192,21 +195,25 @@ def article_from_templates(templates: dict, values: dict, answer: str, forbidden
     plain = [t for t in templates["reason_sentences"] if ok(t)]
     reasons = plain + [t for t in change_reasons if ok(t)]
     fillers = [t for t in templates["filler_sentences"] if ok(t)]
-    n_body = rng.randint(5, 8) - len(opening)
+    n_body = rng.randint(5, 7) - len(opening)
     n_reasons = min(len(reasons), rng.randint(1, 2), n_body - 1)
     body = rng.sample(reasons, n_reasons) + rng.sample(fillers, min(len(fillers), n_body - n_reasons))
     order = assemble(template, [*opening, *body], position, rng)
     kind_noun = rng.choice(templates["kind"])
+    answers = templates["answer_sentences"]
+    agree_template = template if template in answers else agree_rng.choice(answers)
+    # a template that names the kind itself ("as the company has grown", the twin's "is the work of")
+    # uses it up
+    literal_kind = any(kind_noun.lower() in t.lower() for t in [*order, agree_template])
     references = ["name"]
     for previous, t in zip(order, order[1:]):
         references.append(_reference(t, values, templates["kind"], references[-1], t == template or previous == template,
-                                     rng))
+                                     rng, kind_used=literal_kind or "kind" in references,
+                                     after_subject=previous.startswith("{Subject} ")))
     sentences = [_refer(t, values, r, kind_noun) for t, r in zip(order, references)]
 
-    answers = templates["answer_sentences"]
     truth = {**values, "answer": values["parametric"]}
-    agree_template = template if template in answers else agree_rng.choice(answers)
-    spare = [t for t in plain if t not in order]
+    spare = [t for t in plain if t not in order and not ("kind" in references and kind_noun.lower() in t.lower())]
     agree = []
     for t, r in zip(order, references):
         if t == template:

@@ -25,7 +25,9 @@ lines, ``question`` the query line, ``subject`` the query subject, ``parametric_
 query's true answer. In ``ic_recall`` nothing conflicts with it, so ``counterfactual_answer``
 holds the answer of the last in-context pair: the answer a model that copies from the context
 instead of recalling would give (the lm-eval hooks report it as ``copy_rate``). k is not a field
-of the schema; it is the number of pair lines, ``pair_count(context)``.
+of the schema; it is the number of pair lines, ``pair_count(context)``. A query's other true answers
+(another official language, a nationality alias, a sea that contains a river's mouth) count as its
+parametric aliases, and no pair shows one (``widened``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from .common import make_rng, slug
 # the names are read here too (``ic_recall.parse_pairs``), as before they moved.
 from .relations import (  # noqa: F401
     COUNTRY_RELATIONS, KEYWORDS, PERSON_RELATIONS, SEPARATOR, Fact, Relation, agrees_with_partner, answer_forms,
-    competitors, context_text, key, load_relations, names_relation, pair_count, pair_line, parse_pairs,
+    competitors, context_text, extra_answers, key, load_relations, names_relation, pair_count, pair_line, parse_pairs,
     partner_accepted, partners, question_text, relations_by_name, states, stating_relations, true_answer,
     typed_relations,
     vocabulary,
@@ -52,7 +54,7 @@ from .relations import (  # noqa: F401
 from .schema import Item
 
 NAME = "ic_recall"
-VERSION = 3
+VERSION = 4
 K_VALUES = (2, 4, 8)
 QUERIES_PER_RELATION = 8  # the same queries for every k, so that k is the only thing that changes
 MAX_ATTEMPTS = 200
@@ -140,13 +142,22 @@ def draw_pairs(pools: Pools, k: int, rng: random.Random) -> list[Fact]:
     return chosen
 
 
+def widened(relation: str, query: Fact) -> Fact:
+    """The query with its other true answers as aliases (another official language, a nationality
+    alias, a sea that contains a river's mouth): they count as recalled, and no pair shows them."""
+    extra = [a for a in extra_answers(relation, query.subject) if a not in query.forms]
+    return Fact(query.subject, query.answer, (*query.aliases, *extra)) if extra else query
+
+
 def build(seed: int) -> list[Item]:
     rng = make_rng(NAME, VERSION, seed)
     plans = []
     for relation in load_relations():
         facts = eligible_facts(relation)
         queries = choose_queries(relation, facts, QUERIES_PER_RELATION, rng,
-                                 usable=lambda q, facts=facts: enough_pairs(facts, q, max(K_VALUES) + 1))
+                                 usable=lambda q, facts=facts, r=relation.name: enough_pairs(facts, widened(r, q),
+                                                                                          max(K_VALUES) + 1))
+        queries = [widened(relation.name, q) for q in queries]
         plans.append((relation, [(q, Pools.for_query(relation, facts, q)) for q in queries]))
     items = []
     # Relations interleaved, so that any --limit prefix covers them evenly and the same queries.
@@ -218,8 +229,17 @@ LAYOUT_RULE = (f"the context is k in {K_VALUES} distinct 'subject: answer' lines
                "'<query subject>:' about another subject", _layout)
 QUERY_RULE = ("the parametric answer is the item relation's answer for the query subject", _query_fact)
 
+def _other_truth_refused(items: list[Item]) -> list[str]:
+    """A query accepts its other true answers (Switzerland: French as well as German)."""
+    return [i.id for i in items if any(a not in i.parametric_aliases for a in extra_answers(i.relation, i.subject))]
+
+
+OTHER_TRUTHS_RULE = ("a query accepts its other true answers: another official language, a nationality alias, "
+                     "a sea that contains the mouth", _other_truth_refused)
+
 EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "ic_layout": LAYOUT_RULE,
+    "ic_other_truths_accepted": OTHER_TRUTHS_RULE,
     "ic_query_fact": QUERY_RULE,
     "ic_recent_fact": RECENT_RULE,
     "ic_unique_relation": (

@@ -37,11 +37,12 @@ from cf_tasks.text import contains_any
 from . import tables
 from .common import make_rng, same_answer, slug
 from .ic_recall import (
-    K_VALUES, LAYOUT_RULE, MAX_ATTEMPTS, QUERY_RULE, RECENT_RULE, choose_queries, eligible_facts, enough_pairs, leaks,
+    K_VALUES, LAYOUT_RULE, MAX_ATTEMPTS, OTHER_TRUTHS_RULE, QUERY_RULE, RECENT_RULE, choose_queries, eligible_facts,
+    enough_pairs, leaks,
 )
-from .relations import (
-    Fact, Relation, answer_forms, competitors, context_text, key, load_relations, parse_pairs, question_text,
-    stating_relations, true_answer, typed_relations, vocabulary,
+from .relations import (  # noqa: F401 (containers, other_truths: read here by the tests)
+    Fact, Relation, answer_forms, competitors, containers, context_text, extra_answers, key, load_relations,
+    other_truths, parse_pairs, question_text, stating_relations, true_answer, typed_relations, vocabulary,
 )
 from .schema import Item, answer_position
 
@@ -52,46 +53,6 @@ QUERIES_PER_RELATION = 8
 # also the competitor's (birth / death city: 21%). A stray overlap (the nationality "New Zealand"
 # is also a birth country: 1 of 34) does not make a kind; ``ic_unique_relation`` still checks each item.
 SAME_KIND_SHARE = 0.1
-
-
-def containers(body: str, within: dict[str, list[str]]) -> list[str]:
-    """The water bodies that contain ``body``, directly or through another one (``within`` map)."""
-    by_key = {key(k): v for k, v in within.items()}
-    out: list[str] = []
-    todo = list(by_key.get(key(body), []))
-    while todo:
-        outer = todo.pop(0)
-        if outer not in out:
-            out.append(outer)
-            todo += by_key.get(key(outer), [])
-    return out
-
-
-def other_truths(people: tuple[dict, ...], countries: tuple[dict, ...],
-                 relations: tuple[dict, ...]) -> dict[str, dict[str, list[str]]]:
-    """relation -> subject key -> the true answers besides the fact's own answer and aliases, as
-    written in the tables (fields read with defaults: they may be absent)."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for person in people:
-        out.setdefault("nationality", {})[key(person["name"])] = list(person.get("nationality_aliases", []))
-    for country in countries:
-        out.setdefault("country_language", {})[key(country["name"])] = list(country.get("other_languages", []))
-    for relation in relations:
-        within = relation.get("within", {})
-        out.setdefault(relation["relation"], {}).update(
-            {key(f["subject"]): containers(f["answer"], within) for f in relation["facts"]})
-    return out
-
-
-@lru_cache(maxsize=1)
-def _other_truths() -> dict[str, dict[str, list[str]]]:
-    return other_truths(tables.people(), tables.countries(), tables.relations())
-
-
-def extra_answers(relation: str, subject: str) -> list[str]:
-    """The other true answers of ``subject`` in ``relation`` (nationality aliases, other official
-    languages, containing water bodies), as written in the tables."""
-    return _other_truths().get(relation, {}).get(key(subject), [])
 
 
 @lru_cache(maxsize=1)
@@ -276,6 +237,7 @@ def _pair_true(items: list[Item]) -> list[str]:
 
 EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "ic_layout": LAYOUT_RULE,
+    "ic_other_truths_accepted": OTHER_TRUTHS_RULE,
     "ic_query_fact": QUERY_RULE,
     "ic_recent_fact": RECENT_RULE,
     "ic_unique_relation": (

@@ -255,6 +255,48 @@ def _agreeing() -> dict[str, dict[str, frozenset[str]]]:
     return out
 
 
+# Other true answers than a fact's own: what a query accepts besides its answer (both IC-recall datasets).
+
+def containers(body: str, within: dict[str, list[str]]) -> list[str]:
+    """The water bodies that contain ``body``, directly or through another one (``within`` map)."""
+    by_key = {key(k): v for k, v in within.items()}
+    out: list[str] = []
+    todo = list(by_key.get(key(body), []))
+    while todo:
+        outer = todo.pop(0)
+        if outer not in out:
+            out.append(outer)
+            todo += by_key.get(key(outer), [])
+    return out
+
+
+def other_truths(people: tuple[dict, ...], countries: tuple[dict, ...],
+                 relations: tuple[dict, ...]) -> dict[str, dict[str, list[str]]]:
+    """relation -> subject key -> the true answers besides the fact's own answer and aliases, as
+    written in the tables (fields read with defaults: they may be absent)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for person in people:
+        out.setdefault("nationality", {})[key(person["name"])] = list(person.get("nationality_aliases", []))
+    for country in countries:
+        out.setdefault("country_language", {})[key(country["name"])] = list(country.get("other_languages", []))
+    for relation in relations:
+        within = relation.get("within", {})
+        out.setdefault(relation["relation"], {}).update(
+            {key(f["subject"]): containers(f["answer"], within) for f in relation["facts"]})
+    return out
+
+
+@lru_cache(maxsize=1)
+def _other_truths() -> dict[str, dict[str, list[str]]]:
+    return other_truths(tables.people(), tables.countries(), tables.relations())
+
+
+def extra_answers(relation: str, subject: str) -> list[str]:
+    """The other true answers of ``subject`` in ``relation`` (nationality aliases, other official
+    languages, containing water bodies), as written in the tables."""
+    return _other_truths().get(relation, {}).get(key(subject), [])
+
+
 def names_relation(text: str, relation: str) -> bool:
     """``relation_acc``: ``text`` names ``relation`` and none of the relations sharing its subjects."""
     def named(name: str) -> bool:

@@ -14,7 +14,7 @@ import pytest
 import dataset_builders
 from cf_tasks.tasks import process_results_agree
 from cf_tasks.text import contains
-from dataset_builders import AGREE_TWINS, DEFAULT_SEED, build, cf_bio, cf_capitals, cf_quotes, cf_world_facts, tables
+from dataset_builders import AGREE_TWINS, DEFAULT_SEED, build, cf_bio, cf_capitals, cf_quotes, cf_world_facts, cues, tables
 from dataset_builders.validate import failures, rules_for_dataset
 
 KC_DATASETS = ("cf_bio", "cf_world_facts", "cf_world_facts_former", "cf_capitals", "cf_capitals_former", "cf_quotes")
@@ -155,11 +155,11 @@ def test_every_twin_rule_is_tested_here_or_with_its_dataset():
 
 def test_every_knowledge_conflict_dataset_has_a_twin_of_its_version():
     assert AGREE_TWINS == {name: f"{name}_agree" for name in KC_DATASETS}
-    # a twin's version moves with its dataset's: cf_bio 5 has a twin of version 4, cf_world_facts 4 and
-    # cf_world_facts_former 3 have twins of version 3; the others' twins are of version 2
+    # a twin's version moves with its dataset's: cf_bio 5, cf_world_facts 5 and cf_world_facts_former 4 have
+    # twins of version 4, cf_quotes 4 of version 3; the capitals' twins are of version 2
     assert {twin: dataset_builders.version(twin) for twin in AGREE_TWINS.values()} == {
-        "cf_bio_agree": 4, "cf_world_facts_agree": 3, "cf_world_facts_former_agree": 3,
-        "cf_capitals_agree": 2, "cf_capitals_former_agree": 2, "cf_quotes_agree": 2}
+        "cf_bio_agree": 4, "cf_world_facts_agree": 4, "cf_world_facts_former_agree": 4,
+        "cf_capitals_agree": 2, "cf_capitals_former_agree": 2, "cf_quotes_agree": 3}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -179,10 +179,19 @@ def test_passage_twin_changes_only_the_answer_sentence(builder, dataset, former)
     """The same sentences in the same order; only the answer sentence differs, and in a former twin
     a reason given for the move ("Relocating the head office ..."), which gives way to another reason."""
     pairs = builder.build_pairs(dataset, dataset_builders.version(dataset), 1234, former)
-    swapped_reasons = 0
+    swapped_reasons = padded = 0
     for item, agree in pairs:
         context = item.context
         k = next(j for j, sentence in enumerate(agree) if contains(sentence, item.parametric_answer))
+        if dataset == "cf_world_facts_former":  # the twin's spare filler beside its answer sentence (its length)
+            fillers = [cues.template_pattern(t) for t in cf_world_facts.relations_by_name()[item.relation][
+                "filler_sentences"]]
+            pad = [j for j in (k - 1, k + 1) if 0 <= j < len(agree) and agree[j] not in context
+                   and any(f.fullmatch(agree[j].rstrip(".")) for f in fillers)]
+            if pad:
+                agree = agree[:pad[0]] + agree[pad[0] + 1:]
+                k -= pad[0] < k
+                padded += 1
         others = agree[:k] + agree[k + 1:]
         kept = [sentence for sentence in others if sentence in context]
         at = [context.index(sentence) for sentence in kept]
@@ -196,6 +205,7 @@ def test_passage_twin_changes_only_the_answer_sentence(builder, dataset, former)
             answer_sentence = context[len(prefix):len(context) - len(suffix)]
             assert contains(answer_sentence, item.counterfactual_answer), item.id
     assert (swapped_reasons > 0) == (dataset == "cf_world_facts_former")  # headquarters' change reasons
+    assert (padded > len(pairs) / 2) == (dataset == "cf_world_facts_former")
 
 
 def _possessive(name):

@@ -31,3 +31,8 @@ def test_no_sentence_repeats_within_a_passage(name, split):
 def test_bigram_measure(bench):
     assert bench.bigrams_per_100_words(["a b a b"]) == pytest.approx(50.0)  # (a b), (b a): 2 of 4 words
     assert bench.bigrams_per_100_words(["a b", "a b"]) == pytest.approx(25.0)
+
+
+def test_bigram_measure_at_equal_length(bench):
+    assert bench.bigrams_at_words(["a b c d", "e f"], n_words=3) == pytest.approx(100 * 2 / 3)  # a b c: 2 of 3
+    assert bench.bigrams_at_words(["a b"] * 10, n_words=4) == pytest.approx(25.0)  # two passages, then cut

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from dataset_builders import DEFAULT_SEED, build, cf_quotes, ic_recall, ic_recall_cf, tables
+from dataset_builders import DEFAULT_SEED, build, cf_quotes, ic_recall, ic_recall_cf, relations, tables
 from dataset_builders.validate import build_validated, failures
 
 SEEDS = [0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950]
@@ -112,7 +112,7 @@ def _with_pair_answer(item, index, answer):
 
 def _use_tables(monkeypatch, people=None, relations=None):
     truths = ic_recall_cf.other_truths(people or tables.people(), tables.countries(), relations or tables.relations())
-    monkeypatch.setattr(ic_recall_cf, "_other_truths", lambda: truths)
+    monkeypatch.setattr(relations, "_other_truths", lambda: truths)
 
 
 def test_pair_showing_the_true_answer_is_caught(ic_cf):

@@ -25,7 +25,9 @@ def test_enough_cases_for_every_rule():
 def test_scoring_case(case):
     if "saying" in case:  # a quote task: the saying without its last word, and the two endings
         outcome = score_quote(case["generation"], case["saying"], case["counterfactual"], case["parametric"],
-                              instruction=f'Write a quote that ends in the word "{case["counterfactual"]}":')
+                              instruction=f'Write a quote that ends in the word "{case["counterfactual"]}":',
+                              counterfactual_aliases=case["counterfactual_aliases"],
+                              parametric_aliases=case["parametric_aliases"])
     else:
         outcome = score(
             case["generation"], case["counterfactual"], case["parametric"],

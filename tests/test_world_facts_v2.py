@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cf_tasks.text import contains_any
-from dataset_builders import DEFAULT_SEED, build, cf_world_facts, tables
+from dataset_builders import DEFAULT_SEED, build, cf_world_facts, cues, tables
 from dataset_builders.common import same_answer
 from dataset_builders.validate import build_validated, failures
 
@@ -153,8 +153,8 @@ CASES = {
 }
 
 
-def test_every_world_facts_rule_has_a_case():
-    assert set(CASES) == set(cf_world_facts.EXTRA_RULES)
+def test_every_world_facts_rule_has_a_case():  # the cues rules have theirs in test_world_facts_v5.py
+    assert set(CASES) | set(cues.RULES) == set(cf_world_facts.EXTRA_RULES)
 
 
 @pytest.mark.parametrize("rule,inject", [(r, f) for r, fs in CASES.items() for f in fs],
@@ -169,7 +169,8 @@ def test_rule_catches_injected_defect(items, rule, inject):
 def test_both_datasets_validate_on_every_seed(seed):
     default = build_validated("cf_world_facts", seed)
     former = build_validated("cf_world_facts_former", seed)
-    assert len(default) >= 800 and len(former) >= 350
+    # facts without a candidate that fits every cue are left out (753 and 328 items in version 5)
+    assert len(default) >= 700 and len(former) >= 300
     assert not any(i.mentions_parametric for i in default) and all(i.mentions_parametric for i in former)
     for built in (default, former):
         shares = Counter(i.answer_position for i in built)
@@ -277,7 +278,9 @@ def test_articles_open_with_the_subject_and_describe_it_after_the_first_sentence
     for item in items:
         assert contains_any(cf_world_facts.sentences(item.context)[0], [item.subject]), item.id
         # split with the names masked ("Madame X.", "H&M.", "J. K. Rowling" end no sentence to the splitter)
-        masked = item.context.replace(item.subject, "Sub").replace(item.counterfactual_answer, "Ans")
+        # (an answer that ends in a full stop, "Washington, D.C.", keeps it: it ends the sentence too)
+        answer = item.counterfactual_answer
+        masked = item.context.replace(item.subject, "Sub").replace(answer, "Ans" + "." * answer.endswith("."))
         parts = cf_world_facts.sentences(masked)
         assert 6 <= len(parts) <= 9, item.id
         if item.relation in DESCRIBED:
@@ -303,7 +306,9 @@ def test_the_subject_is_referred_to_in_all_three_ways(items):
             record = cf_world_facts.relations_by_name()[item.relation]
             starts["it" if sentence.startswith("It ") else "kind" if contains_any(sentence, record["kind"])
                    else "name" if contains_any(sentence, [item.subject]) else "none"] += 1
-    assert starts["none"] == 0 and min(starts["it"], starts["kind"], starts["name"]) > 0.1 * sum(starts.values())
+    # each way in at least 5% of sentences: since version 5 the kind is used once per passage and "It" only
+    # after a sentence about the subject (rules kind_once, it_follows_subject), so "it" is the rarest
+    assert starts["none"] == 0 and min(starts["it"], starts["kind"], starts["name"]) > 0.05 * sum(starts.values())
 
 
 def test_no_reference_by_kind_or_it_twice_in_a_row(items):

@@ -1,0 +1,184 @@
+"""cf_world_facts v5: a counterfactual that nothing in the passage argues against (the creator's form and
+culture, the language of a place's name, a description a filler would contradict), passages without the
+template slips a reviewer found, a ``_former`` passage as long as its twin, and answers scored in every
+form they are remembered in. Each rule is shown to catch a defect injected into a valid build."""
+
+from dataclasses import replace
+
+import pytest
+
+from cf_tasks.scoring import score, score_quote
+from dataset_builders import DEFAULT_SEED, build, cf_world_facts, cues, tables
+from dataset_builders.validate import failures
+
+SEEDS = [0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950]
+
+
+@pytest.fixture(scope="module")
+def items():
+    return build("cf_world_facts", DEFAULT_SEED)
+
+
+@pytest.fixture(scope="module")
+def former():
+    return build("cf_world_facts_former", DEFAULT_SEED)
+
+
+def _item(items, relation, subject):
+    return next(i for i in items if i.relation == relation and i.subject == subject)
+
+
+def _inject(items, old, **changes):
+    new = replace(old, **changes)
+    return [new if i is old else i for i in items], old.id
+
+
+def _hit(lines, rule, bad_id):
+    hit = [line for line in lines if line.startswith(rule + ":")]
+    return len(hit) == 1 and bad_id in hit[0]
+
+
+def inject_poet_for_a_russian_novel(items):  # Crime and Punishment by Walt Whitman (alive, adult, a poet)
+    return _inject(items, _item(items, "book_author", "Crime and Punishment"), counterfactual_answer="Walt Whitman",
+                   counterfactual_aliases=["Whitman"])
+
+
+def inject_german_for_an_italian_opera(items):  # Rigoletto (1851) by Richard Wagner (an opera composer)
+    return _inject(items, _item(items, "composition_composer", "Rigoletto"), counterfactual_answer="Richard Wagner",
+                   counterfactual_aliases=["Wagner"])
+
+
+def inject_german_name_in_moscow(items):  # Schönbrunn Palace in Moscow
+    item = _item(items, "landmark_city", "Schönbrunn Palace")
+    return _inject(items, item, counterfactual_answer="Moscow",
+                   context=item.context.replace(item.counterfactual_answer, "Moscow"))
+
+
+def inject_contradicted_filler(items):  # "never fully built" beside "later improvements"
+    item = _item(items, "invention_inventor", "the Analytical Engine")
+    return _inject(items, item, context=item.context + " Later improvements made the Analytical Engine far more reliable.")
+
+
+def inject_kind_twice(items):
+    item = next(i for i in items if i.relation == "landmark_city" and "the landmark" not in i.context.lower())
+    return _inject(items, item, context=item.context + " The landmark is especially striking at sunset."
+                   " Souvenir shops sell miniature models of the landmark.")
+
+
+def inject_it_after_other_noun(items):
+    item = next(i for i in items if i.relation == "landmark_city")
+    return _inject(items, item, context=item.context + f" The history of {item.subject} is told in several museum "
+                   "exhibitions. It is especially striking at sunset.")
+
+
+def inject_museum_before_named(items):
+    item = next(i for i in items if i.relation == "painting_museum" and i.answer_position != "beginning")
+    return _inject(items, item, context=f"{item.subject[:1].upper()}{item.subject[1:]} is one of the highlights of "
+                   f"the museum's collection. {item.context}")
+
+
+def inject_state_for_a_city(items):  # "Washington" accepted for the Space Needle's city
+    item = _item(items, "landmark_city", "the Space Needle")
+    return _inject(items, item, parametric_aliases=[*item.parametric_aliases, "Washington"])
+
+
+def inject_double_stop(items):  # "... the best-known sights of Washington, D.C.."
+    item = next(i for i in items if i.relation == "landmark_city")
+    return _inject(items, item, context=item.context.rstrip(".") + "..")
+
+
+CASES = {
+    "single_full_stop": [inject_double_stop],
+    "creator_fits_work": [inject_poet_for_a_russian_novel, inject_german_for_an_italian_opera],
+    "place_speaks_name": [inject_german_name_in_moscow],
+    "description_not_contradicted": [inject_contradicted_filler],
+    "kind_once": [inject_kind_twice],
+    "it_follows_subject": [inject_it_after_other_noun],
+    "museum_named_first": [inject_museum_before_named],
+    "city_answer_only_city": [inject_state_for_a_city],
+}
+
+
+def test_every_new_rule_has_a_case():
+    assert set(CASES) | {"former_length_matched"} == set(cues.RULES)
+    assert set(cues.RULES) <= set(cf_world_facts.EXTRA_RULES)
+
+
+@pytest.mark.parametrize("rule,inject", [(r, f) for r, fs in CASES.items() for f in fs],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_rule_catches_injected_defect(items, rule, inject):
+    assert failures(items) == []
+    broken, bad_id = inject(items)
+    assert _hit(failures(broken), rule, bad_id), failures(broken)
+
+
+@pytest.mark.parametrize("rule,inject", [("kind_once", inject_kind_twice), ("it_follows_subject", inject_it_after_other_noun)])
+def test_text_rules_hold_for_the_twins_too(rule, inject):
+    twins = build("cf_world_facts_agree", DEFAULT_SEED)
+    assert failures(twins) == []
+    broken, bad_id = inject(twins)
+    assert _hit(failures(broken), rule, bad_id)
+
+
+def test_former_passage_as_long_as_its_twin(former):
+    pairs = cf_world_facts.build_pairs("cf_world_facts_former", former[0].version, DEFAULT_SEED, former=True)
+    gaps = [len(i.context.split()) - len(" ".join(a).split()) for i, a in pairs]
+    assert abs(sum(gaps) / len(gaps)) <= cues.FORMER_LENGTH_GAP
+    padded = [replace(i, context=i.context + " This sentence adds words that its twin does not have at all.")
+              for i in former]
+    assert [line for line in failures(padded) if line.startswith("former_length_matched:")]
+    assert not [line for line in failures(former) if line.startswith("former_length_matched:")]
+
+
+def test_tables_give_every_true_creator_and_place_the_cues_of_its_own_work():
+    """The true answer always fits its own cues (else the cues, not the counterfactual, are wrong)."""
+    for record in tables.relations():
+        for fact in record["facts"]:
+            if "creator_traits" in record:
+                assert cues.creator_fits(record, fact, fact["answer"]), fact["subject"]
+            if "languages" in record or record["relation"] == "mountain_country":
+                if not fact.get("name_implies_answer"):
+                    assert "name_languages" in fact, fact["subject"]
+                    assert cues.speaks_name(record, fact, fact["answer"]), fact["subject"]
+
+
+def test_counterfactual_creators_share_form_and_culture(items):
+    record = cf_world_facts.relations_by_name()["book_author"]
+    traits = record["creator_traits"]
+    for item in items:
+        if item.relation == "book_author":
+            fact = cf_world_facts.facts_by_subject()[("book_author", item.subject)]
+            assert fact["form"] in traits[item.counterfactual_answer]["forms"]
+            assert set(fact["cultures"]) & set(traits[item.counterfactual_answer]["cultures"])
+    assert not any(i.subject == "Rhapsody in Blue" for i in items)  # no other jazz composer: left out
+
+
+def test_a_state_is_not_a_city_answer(items):
+    item = _item(items, "landmark_city", "the Space Needle")
+    assert "Washington" not in item.parametric_aliases
+    assert not score("It is in Washington.", item.counterfactual_answer, item.parametric_answer,
+                     item.counterfactual_aliases, item.parametric_aliases).parametric
+    assert all(i.counterfactual_answer != "Washington, D.C." for i in items if i.subject == "the Space Needle")
+
+
+def test_quote_endings_score_in_every_remembered_form():
+    quotes = build("cf_quotes", DEFAULT_SEED)
+    item = next(i for i in quotes if i.parametric_answer == "midstream")
+    assert item.parametric_aliases == ["mid-stream"]
+    outcome = score_quote(" mid-stream.", item.question, item.counterfactual_answer, item.parametric_answer,
+                          parametric_aliases=item.parametric_aliases)
+    assert outcome.parametric and not outcome.counterfactual
+    assert not score_quote(" mid-stream.", item.question, item.counterfactual_answer, item.parametric_answer).parametric
+    broken = [replace(i, parametric_aliases=[]) if i is item else i for i in quotes]
+    assert _hit(failures(broken), "quote_spelling_variant", item.id)
+
+
+@pytest.mark.parametrize("name", ["ic_recall", "ic_recall_cf"])
+def test_ic_recall_language_queries_accept_other_official_languages(name):
+    built = build(name, DEFAULT_SEED)
+    swiss = [i for i in built if i.relation == "country_language" and len(i.parametric_aliases) > 0]
+    assert swiss, "no language query with another official language"
+    item = swiss[0]
+    broken = [replace(i, parametric_aliases=[]) if i is item else i for i in built]
+    assert _hit(failures(broken), "ic_other_truths_accepted", item.id)
+    assert failures(built) == []
