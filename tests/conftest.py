@@ -20,6 +20,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The team's builder seeds: every dataset validates on each. The first three run in every test run,
+# the others under the slow marker (pytest -m "not slow" is the quick tier).
+TEAM_SEEDS = (0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950)
+QUICK_SEEDS = TEAM_SEEDS[:3]
+
+
+def seed_matrix() -> list:
+    """``TEAM_SEEDS`` for ``pytest.mark.parametrize``: the quick seeds plain, the others marked slow."""
+    return [s if s in QUICK_SEEDS else pytest.param(s, marks=pytest.mark.slow) for s in TEAM_SEEDS]
+
 
 @pytest.fixture(scope="session")
 def load_benchmark():

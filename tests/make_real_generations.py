@@ -1,4 +1,4 @@
-"""Regenerate the real generations behind tests/data/real_generations.jsonl (issue 16).
+"""Regenerate the real generations behind tests/data/real_generations.jsonl.
 
 Runs the default model (SmolLM2-135M-Instruct) through lm-eval as ``cf-tasks eval`` does (hf
 backend, float32, chat template, greedy decoding, batch size 8) on a seeded sample of the items of

@@ -1,4 +1,4 @@
-"""The agreeing twins (issue 15, item 4): ``<dataset>_agree`` holds the items of ``<dataset>`` with
+"""The agreeing twins: ``<dataset>_agree`` holds the items of ``<dataset>`` with
 the true answer stated in the passage. Each twin rule is shown to catch a defect injected into a
 valid build; the twins' passages are the counterfactual passages with only the answer changed; the
 lm-eval tasks report ``agree_acc``. (Every twin is also built and validated on 13 seeds by

@@ -1,4 +1,4 @@
-"""The knowledge probe (issue 15): ``<task>_known`` tasks, the probe of ``cf-tasks eval`` and
+"""The knowledge probe: ``<task>_known`` tasks, the probe of ``cf-tasks eval`` and
 ``sweep``, and the agreeing twins the sweep runs beside each knowledge-conflict task.
 
 Every conditioned metric is checked against a hand computation from the samples of the task and

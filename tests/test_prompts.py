@@ -14,7 +14,7 @@ from cf_tasks.registry import task_manager
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 VARIANTS = ("", "_alpaca", "_tulu", "_adhere", "_closedbook", "_mc")
 DATASETS = ("cf_bio", "cf_world_facts", "cf_world_facts_former", "cf_capitals", "cf_capitals_former", "cf_quotes")
-TASKS = [d + v for d in DATASETS for v in VARIANTS] + [d + "_agree" for d in DATASETS]  # the twins (issue 15)
+TASKS = [d + v for d in DATASETS for v in VARIANTS] + [d + "_agree" for d in DATASETS]  # the twins
 
 
 @pytest.fixture(scope="module")

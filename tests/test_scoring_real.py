@@ -1,4 +1,4 @@
-"""The scorer against a careful reader, on real generations of the default model (issue 16).
+"""The scorer against a careful reader, on real generations of the default model.
 
 tests/data/real_generations.jsonl holds generations of SmolLM2-135M-Instruct on every generation
 task (made by tests/make_real_generations.py), each with the doc fields the scorer reads and the

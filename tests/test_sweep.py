@@ -330,7 +330,7 @@ def test_watch_skips_checkpoints_still_being_written(tmp_path, run_dir):
     assert names == {"checkpoint-1"}
 
 
-# ---------------------------------------------------------------- the results store (issue 13)
+# ---------------------------------------------------------------- the results store
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = dict(log=lambda *a, **k: None)
 
@@ -785,7 +785,7 @@ def test_a_stale_claim_is_taken_over_and_a_live_one_is_not(tmp_path):
     assert not lock.exists()
 
 
-# ---------------------------------------------------------------- --model_args (issue 14)
+# ---------------------------------------------------------------- --model_args
 def test_model_args_dtype_bfloat16_on_hf_is_its_own_setting_and_equals_lm_eval(run_dir, tmp_path, made_backends):
     import torch
 

@@ -1,4 +1,4 @@
-"""cf_capitals 2 and cf_capitals_former 1 (issue 12): coherent passages, and a rule per defect class."""
+"""cf_capitals 2 and cf_capitals_former 1: coherent passages, and a rule per defect class."""
 
 from collections import Counter
 from dataclasses import replace
@@ -10,7 +10,9 @@ import yaml
 from dataset_builders import DEFAULT_SEED, build, cf_capitals, cf_capitals_former, tables
 from dataset_builders.validate import build_validated, failures
 
-SEEDS = (0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950)
+from conftest import seed_matrix
+
+SEEDS = seed_matrix()
 DATASETS = ("cf_capitals", "cf_capitals_former")
 TASKS = Path(__file__).resolve().parents[1] / "task_yamls"
 

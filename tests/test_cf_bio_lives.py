@@ -107,7 +107,7 @@ CASES = {
 
 
 def test_every_extra_rule_has_a_case():
-    from test_cf_bio_v2 import CASES as V2_CASES
+    from test_cf_bio_passages import CASES as V2_CASES
 
     assert set(CASES) == set(bio_plausible.RULES)
     assert set(CASES) | set(V2_CASES) == set(cf_bio.EXTRA_RULES)

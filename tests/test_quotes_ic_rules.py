@@ -1,4 +1,4 @@
-"""Datasets v2 (issue 12) for cf_quotes and ic_recall_cf: each new rule catches its defect injected
+"""Datasets v2 for cf_quotes and ic_recall_cf: each new rule catches its defect injected
 into an otherwise valid build, the tables keep no such defect, and cf_quotes keeps >= 300 items on
 every seed of the team's list."""
 
@@ -10,7 +10,9 @@ import pytest
 from dataset_builders import DEFAULT_SEED, build, cf_quotes, ic_recall, ic_recall_cf, relations, tables
 from dataset_builders.validate import build_validated, failures
 
-SEEDS = [0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950]
+from conftest import seed_matrix
+
+SEEDS = seed_matrix()
 
 
 def _hit(items, rule, bad_id):

@@ -11,7 +11,9 @@ from cf_tasks.scoring import score, score_quote
 from dataset_builders import DEFAULT_SEED, build, cf_world_facts, cues, tables
 from dataset_builders.validate import failures
 
-SEEDS = [0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950]
+from conftest import seed_matrix
+
+SEEDS = seed_matrix()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ from dataset_builders import DEFAULT_SEED, build, cf_world_facts, cues, tables
 from dataset_builders.common import same_answer
 from dataset_builders.validate import build_validated, failures
 
-SEEDS = [0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950]
+from conftest import seed_matrix
+
+SEEDS = seed_matrix()
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +155,7 @@ CASES = {
 }
 
 
-def test_every_world_facts_rule_has_a_case():  # the cues rules have theirs in test_world_facts_v5.py
+def test_every_world_facts_rule_has_a_case():  # the cues rules have theirs in test_world_facts_cues.py
     assert set(CASES) | set(cues.RULES) == set(cf_world_facts.EXTRA_RULES)
 
 

@@ -11,7 +11,9 @@ from dataset_builders import DEFAULT_SEED, cf_bio
 from dataset_builders.common import country_in_text
 from dataset_builders.validate import build_validated, failures
 
-SEEDS = [0, 1, 1234, 15614, 41876, 65866, 67086, 84830, 13453, 29267, 78779, 81460, 72950]
+from conftest import seed_matrix
+
+SEEDS = seed_matrix()
 PEOPLE = cf_bio.people_by_id()
 
 
@@ -115,7 +117,7 @@ CASES = {
 
 
 def test_every_extra_rule_has_a_case():
-    from test_cf_bio_v5 import CASES as V5_CASES
+    from test_cf_bio_lives import CASES as V5_CASES
 
     assert set(CASES) | set(V5_CASES) == set(cf_bio.EXTRA_RULES)
 
