@@ -173,7 +173,10 @@ def test_peak_rule_and_fixed_peak_tests_by_hand():
         for step, v in zip((0, 8, 16, 24), series):
             heavy.append({"run": "cs_heavy-seed0", "step": str(step), "group": "E", "fact_id": f"f{i}",
                           "mc": str(v), "known": "1"})
-    tests = {t["measure"]: t for t in inject_report.fixed_peak_tests(heavy, 16)}
+    found = inject_report.fixed_peak_tests(heavy, 16)
+    assert {(t["measure"], t["design"]) for t in found} == {
+        (m, d) for m in ("M_C", "context preferred") for d in ("declared peak", "whole series")}
+    tests = {t["measure"]: t for t in found if t["design"] == "declared peak"}
     graded = tests["M_C"]
     assert graded["n"] == 3 and graded["peak_step"] == 16
     assert graded["rise"] == pytest.approx((0.7 + 0.5 + 0.4) / 3, abs=1e-3)

@@ -36,9 +36,10 @@ SWEEP_METRICS = ("counterfactual_acc", "parametric_acc", "known_rate", "known_co
                  "unknown_counterfactual_acc", "agree_acc")
 CURVE_COLUMNS = ("run", "step", "group", "n", "mc", "mc_ci_low", "mc_ci_high", "recall", "n_known", "mc_known",
                  "context_preferred")
-TEST_COLUMNS = ("run", "measure", "n", "first_step", "peak_step", "final_step", "first", "peak", "final", "rise",
-                "rise_ci_low", "rise_ci_high", "p_rise", "fall", "fall_ci_low", "fall_ci_high", "p_fall",
-                "min_detectable_fall")
+TEST_COLUMNS = ("run", "measure", "design", "n", "first_step", "peak_step", "final_step", "first", "peak", "final",
+                "rise", "rise_ci_low", "rise_ci_high", "p_rise", "fall", "fall_ci_low", "fall_ci_high", "p_fall",
+                "p_inversion", "min_detectable_fall")
+DECLARED, WHOLE = "declared peak", "whole series"
 
 
 def has_study(out: Path) -> bool:
@@ -198,7 +199,10 @@ def _rule() -> str:
 
 
 def fixed_peak_tests(measured: list[dict], peak_step: int) -> list[dict]:
-    from ..sweep.ushape import fixed_peak_test, min_detectable_fall
+    """Per run and measure: the rise and fall at the declared peak (``fixed_peak_test``) and, beside
+    it, the two-lines test over every checkpoint with the peak chosen inside its null
+    (``whole_series_test``); both on every fact of E present at every checkpoint."""
+    from ..sweep.ushape import fixed_peak_test, min_detectable_fall, whole_series_test
 
     rows = []
     runs = sorted({r["run"] for r in measured if r["run"] not in ("base", "phase_a")})
@@ -220,14 +224,23 @@ def fixed_peak_tests(measured: list[dict], peak_step: int) -> list[dict]:
             at_peak = [v[steps.index(peak_step)] for v in values]
             mean = sum(at_peak) / len(at_peak)
             variance = sum((v - mean) ** 2 for v in at_peak) / max(1, len(at_peak) - 1)
-            rows.append({"run": run, "measure": measure, "n": len(facts), "first_step": steps[0],
+            rows.append({"run": run, "measure": measure, "design": DECLARED, "n": len(facts), "first_step": steps[0],
                          "peak_step": peak_step, "final_step": steps[-1],
                          "first": _mean([v[0] for v in values]), "peak": _mean([v[steps.index(peak_step)]
                                                                                 for v in values]),
                          "final": _mean([v[-1] for v in values]),
                          **{k: _round(t.get(k)) for k in ("rise", "rise_ci_low", "rise_ci_high", "p_rise", "fall",
-                                                          "fall_ci_low", "fall_ci_high", "p_fall")},
+                                                          "fall_ci_low", "fall_ci_high", "p_fall",
+                                                          "p_inversion")},
                          "min_detectable_fall": _round(min_detectable_fall(len(facts), mean, variance=variance))})
+            w = whole_series_test(values)
+            top = w["peak"]
+            rows.append({"run": run, "measure": measure, "design": WHOLE, "n": len(facts), "first_step": steps[0],
+                         "peak_step": steps[top], "final_step": steps[-1], "first": _mean([v[0] for v in values]),
+                         "peak": _mean([v[top] for v in values]), "final": _mean([v[-1] for v in values]),
+                         "rise": _round(_mean([v[top] - v[0] for v in values])),
+                         "fall": _round(_mean([v[top] - v[-1] for v in values])),
+                         **{k: _round(w[k]) for k in ("p_rise", "p_fall", "p_inversion")}})
     return rows
 
 
@@ -315,11 +328,14 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
     parts += ["## The declared peak (peak.json)", "", f"Rule: {peak['rule']}.", "",
               f"Peak step: {peak['peak_step']} (from {peak['from']}).", ""]
     if tests:
-        parts += ["## Fixed-peak tests on every probe fact E (tests.csv)", "",
-                  "One-sided paired tests on the same facts at step 0, the declared peak and the last step "
+        parts += ["## Tests on every probe fact E (tests.csv)", "",
+                  "`declared peak`: one-sided paired tests on the same facts at step 0, the declared peak and the "
+                  "last step "
                   "(sign-flip permutation on the facts' paired differences, exact McNemar for 0/1; bootstrap "
                   "intervals; `min_detectable_fall`: the smallest fall a one-sided test at 0.05 detects with "
-                  "probability 0.8 at this n and the variance at the peak).", "", md_table(tests, TEST_COLUMNS), ""]
+                  "probability 0.8 at this n and the variance at the peak). `whole series`: the two-lines test of an "
+                  "inverted U over every checkpoint, the peak chosen inside its sign-flip null (p-values adjusted "
+                  "for that choice; the statistics guide).", "", md_table(tests, TEST_COLUMNS), ""]
         parts += ["## Reading", ""] + [f"- {line}" for line in reading(tests)] + [""]
     probe = [r for r in losses if r["split"] == "probe"]
     if probe:
@@ -346,9 +362,15 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
 
 
 def reading(tests: list[dict]) -> list[str]:
-    """One generated sentence per run and measure: the rise and the fall with their p-values."""
+    """One generated sentence per run, measure and design: the rise and the fall with their p-values."""
     lines = []
     for t in tests:
+        if t["design"] == WHOLE:
+            lines.append(f"{t['run']}, {t['measure']}, whole series: the inverted U fits best with its peak at step "
+                         f"{t['peak_step']} ({fmt_number(t['peak'])}); rise {fmt_number(t['rise'])} (p = "
+                         f"{fmt_number(t['p_rise'], 4)}), fall to step {t['final_step']} {fmt_number(t['fall'])} "
+                         f"(p = {fmt_number(t['p_fall'], 4)}), inversion p = {fmt_number(t['p_inversion'], 4)}.")
+            continue
         lines.append(f"{t['run']}, {t['measure']} on {t['n']} facts: {fmt_number(t['first'])} at step "
                      f"{t['first_step']}, {fmt_number(t['peak'])} at the declared peak (step {t['peak_step']}), "
                      f"{fmt_number(t['final'])} at step {t['final_step']}; rise {fmt_number(t['rise'])} "
