@@ -164,7 +164,8 @@ def report_only(args: argparse.Namespace, cfg) -> int:
         if not has_study(out):
             raise UsageError(f"--report_only: {out} holds no study of --design inject (no config.json and runs/); "
                              "pass the --output_path of a study, or run the study first")
-        writable_dir(str(cfg.report_dir), "--report_path")
+        in_place = not (out / "config.json").is_file() and cfg.report_path is None  # a report folder, itself
+        writable_dir(str(out if in_place else cfg.report_dir), "--report_path")
         build_report(cfg)
         return 0
     from . import inversion

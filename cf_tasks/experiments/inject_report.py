@@ -278,11 +278,13 @@ def render(source: Path, target: Path) -> None:
 
 def build_report(cfg, log=print) -> Path:
     """Collect from the study folder (when it is one), then render into the report folder."""
-    out, target = Path(cfg.output_path), cfg.report_dir
+    out = Path(cfg.output_path)
     if (out / "config.json").is_file():
+        target = cfg.report_dir
         collect(out, target)
         render(target, target)
-    else:
+    else:  # a report folder: rendered again from its own files, in place unless --report_path says where
+        target = Path(cfg.report_path) if cfg.report_path else out
         render(out, target)
     log(f"report: {target}")
     return target
@@ -406,7 +408,7 @@ def _plots(curve, losses, sweep, target: Path) -> None:
             ax.set_title(title)
             ax.set_xlabel("phase-B step")
         axes[0].legend(fontsize=6)
-        fig.suptitle("E: probe facts (taught in phase A, never in phase B); N: never taught; T: the C+S facts")
+        fig.suptitle("E: probe facts (taught in phase A, never in phase B); N: held-out facts never taught")
         fig.tight_layout()
         _save(fig, target / "mc.png")
         plt.close(fig)
