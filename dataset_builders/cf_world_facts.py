@@ -571,6 +571,18 @@ def _names_outside_answer(items: list[Item]) -> list[str]:
     return bad
 
 
+def _former_length_gap(items: list[Item]) -> list[str]:
+    """The ``_former`` passages are, on average, as long as their twins' (within ``cues.FORMER_LENGTH_GAP``)."""
+    former = [i for i in items if i.mentions_parametric and i.dataset.endswith("_former")]
+    if not former:
+        return []
+    twins = {i.id: a for i, a in build_pairs(former[0].dataset, former[0].version, former[0].seed,
+                                                             former=True)}
+    gaps = [len(i.context.split()) - len(" ".join(twins[i.id]).split()) for i in former if i.id in twins]
+    gap = sum(gaps) / max(len(gaps), 1)
+    return [f"<mean gap {gap:+.1f} words>"] if abs(gap) > cues.FORMER_LENGTH_GAP else []
+
+
 EXTRA_RULES = {
     "creator_in_time": (f"a counterfactual creator was alive and at least {MIN_CREATOR_AGE} in the work's year",
                         _creator_outside_time),
@@ -597,6 +609,8 @@ EXTRA_RULES = {
                                       "tables, or a year (about.json sentences hold for any answer)",
                                       _names_outside_answer),
     **cues.RULES,
+    "former_length_matched": (f"a _former passage is as long as its twin on average (within "
+                              f"{cues.FORMER_LENGTH_GAP} words)", _former_length_gap),
 }
 
 # The agreeing twins (cf_world_facts_agree, cf_world_facts_former_agree): the rules above that are about

@@ -178,20 +178,6 @@ def _museum_before_named(items: list[Item]) -> list[str]:
     return bad
 
 
-def _former_length_gap(items: list[Item]) -> list[str]:
-    """The ``_former`` passages are, on average, as long as their twins' (within ``FORMER_LENGTH_GAP``)."""
-    former = [i for i in items if i.mentions_parametric and i.dataset.endswith("_former")]
-    if not former:
-        return []
-    from . import cf_world_facts  # the twins are built from the same draws
-
-    twins = {i.id: a for i, a in cf_world_facts.build_pairs(former[0].dataset, former[0].version, former[0].seed,
-                                                             former=True)}
-    gaps = [len(i.context.split()) - len(" ".join(twins[i.id]).split()) for i in former if i.id in twins]
-    gap = sum(gaps) / max(len(gaps), 1)
-    return [f"<mean gap {gap:+.1f} words>"] if abs(gap) > FORMER_LENGTH_GAP else []
-
-
 def _city_accepts_other_place(items: list[Item]) -> list[str]:
     """A question for a city accepts only the city's own forms (not "Washington", the Space Needle's state)."""
     return [i.id for i in items if (found := _found(i)) and found[0]["answer_label"] == "city"
@@ -217,7 +203,5 @@ RULES = {
                           _place_misfit),
     "city_answer_only_city": ("a city question accepts only the true city's own forms, no state or region it lies in",
                               _city_accepts_other_place),
-    "former_length_matched": (f"a _former passage is as long as its twin on average (within {FORMER_LENGTH_GAP} "
-                              "words)", _former_length_gap),
     **TEXT_RULES,
 }

@@ -30,7 +30,7 @@ VERSION = 2  # bump with every change of the generated points (names, frames, te
 MAX_ZIPF = 2.0  # wordfreq Zipf frequency: below 2 is rarer than once per 100 million words
 LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
 # English words of the passage templates that wordfreq puts below MAX_ZIPF; vetted by reading them.
-RARE_TEMPLATE_WORDS = frozenset({"hydrologists", "birdwatchers"})
+RARE_TEMPLATE_WORDS = frozenset({"hydrologists", "birdwatchers", "easels", "paragliders"})
 MIN_TOKEN_LENGTH = 5  # short names ("Kova", "Joba") are more often real somewhere
 CAPITALS_POINTS = 96
 WORLD_FACTS_POINTS_PER_RELATION = 24

@@ -61,7 +61,7 @@ def test_schema_is_the_same_for_every_dataset(built):
 
 def test_counts(built):
     assert len(built["cf_bio"]) >= 700  # version 5 leaves out items no plausible counterfactual fits
-    assert len(built["cf_world_facts"]) >= 800
+    assert len(built["cf_world_facts"]) >= 740  # version 5 leaves out facts no fitting substitute exists for
     assert len({i.relation for i in built["cf_world_facts"]}) >= 7
     assert len(built["cf_capitals"]) >= 175  # 178: Micronesia and Nauru have no other city the table vouches for
     assert len(built["cf_quotes"]) >= 300
@@ -113,7 +113,7 @@ def test_world_facts_mentions_parametric_flag_matches_text(built):
 
 def test_bio_name_substitution_leaves_no_fragment(built):
     names = [i for i in built["cf_bio"] if i.relation == "person_name"]
-    assert len(names) >= 240
+    assert len(names) >= 210  # version 5: substitutes of the same domain, language and forms only
     for item in names:
         assert contains(item.context, item.counterfactual_answer)
         assert not contains_any(item.context, name_fragments(item.parametric_answer, *item.parametric_aliases))

@@ -54,7 +54,7 @@ def inject_living_described_dead(items):
 
 
 def inject_substitute_incompatible(items):
-    item = _first(items, "person_name", lambda i, p: p["id"] == "barack_obama")
+    item = _first(items, "person_name", lambda i, p: p["id"] == "angela_merkel")
     context = item.context.replace(item.counterfactual_answer, "Abraham Lincoln")
     return _swap(items, item, replace(item, counterfactual_answer="Abraham Lincoln", context=context))
 
@@ -170,4 +170,4 @@ def test_birth_city_items_keep_the_real_birth_country(items):
     for item in (i for i in items if i.relation == "birth_city"):
         person = PEOPLE[item.subject]
         expected = f"born in {item.counterfactual_answer}, in {country_in_text(person['birth_country'])}"
-        assert expected in item.context, item.id
+        assert expected.lower() in item.context.lower(), item.id  # "Born in ..." may open the passage

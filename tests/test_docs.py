@@ -20,7 +20,9 @@ PROGRAMS = ("cf-tasks", "lm_eval")
 
 
 def _code_blocks(text: str) -> list[str]:
-    return re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S)
+    """The shell blocks (```bash, ```sh or a bare fence); every fenced block is matched, so that the
+    closing fence of a ```python block never opens a block of prose."""
+    return [body for lang, body in re.findall(r"```(\w*)\n(.*?)```", text, re.S) if lang in ("", "bash", "sh")]
 
 
 def _commands(path: Path) -> list[tuple[str, list[str]]]:

@@ -77,7 +77,8 @@ def test_a_scorer_change_rescores_the_stored_samples_without_a_model(swept, tmp_
 
     # a second output still scored by the old rules: report refuses to draw both as one curve
     with mock.patch.object(plan, "SCORER_VERSION", SCORER_VERSION + 1):
-        with pytest.raises(SweepError, match=rf"{TASK}: rows scored by different scorer versions \(1, 2\)"):
+        with pytest.raises(SweepError, match=rf"{TASK}: rows scored by different scorer versions "
+                                            rf"\({SCORER_VERSION}, {SCORER_VERSION + 1}\)"):
             report([out, swept.output_path], tmp_path / "merged", **QUIET)
         assert main(["report", str(out), str(swept.output_path), "--output_path", str(tmp_path / "merged")]) == 2
         assert main(["report", str(out), str(swept.output_path), "--output_path", str(tmp_path / "merged"),
