@@ -350,7 +350,11 @@ SINGULAR_VERB = re.compile(r"^(is|was|has|\w+[^s\W]s)\b")  # "is", "stands" (not
 # A sentence ends after a lowercase letter (accented too: "Brontë.") or digit, or after two capitals:
 # a regnal number ("Johann Strauss II.") or a name in capitals ("BMW."); not after "D.C.", "J. K.",
 # "St." or "Dr.".
-SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-zà-ÿ0-9)])[.!?]\s+|(?<=[A-Z]{2})\.\s+(?=[A-Z])")
+# A sentence ends after a small letter, a digit or a bracket; after a name in capitals ("BMW."); and
+# after a name that ends in one capital ("Madame X.") when a sentence's first word follows (initials,
+# "J. K. Rowling", are followed by another capital or a name instead).
+SENTENCE_END = re.compile(r"(?<!\bSt)(?<!\bDr)(?<=[a-zà-ÿ0-9)])[.!?]\s+|(?<=[A-Z]{2})\.\s+(?=[A-Z])"
+                          r"|(?<=\s[A-Z])\.\s+(?=(?:The|It|Its|This|A|An|In|Few|Many|Most|Some|Writers|Art)\b)")
 
 
 def sentences(text: str) -> list[str]:
