@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from dataset_builders import DEFAULT_SEED, build, cf_quotes, ic_recall, ic_recall_cf, relations, tables
+from dataset_builders import DEFAULT_SEED, build, cf_quotes, ic_recall, ic_recall_cf, tables
 from dataset_builders.validate import build_validated, failures
 
 from conftest import seed_matrix
@@ -113,8 +113,10 @@ def _with_pair_answer(item, index, answer):
 
 
 def _use_tables(monkeypatch, people=None, relations=None):
+    from dataset_builders import relations as relation_rules  # the argument ``relations`` is a table
+
     truths = ic_recall_cf.other_truths(people or tables.people(), tables.countries(), relations or tables.relations())
-    monkeypatch.setattr(relations, "_other_truths", lambda: truths)
+    monkeypatch.setattr(relation_rules, "_other_truths", lambda: truths)
 
 
 def test_pair_showing_the_true_answer_is_caught(ic_cf):

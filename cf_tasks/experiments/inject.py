@@ -82,6 +82,7 @@ class InjectConfig:
     gate_recall: float = 0.95
     gate_mc: float = 0.35
     gate_n_shift: float = 0.10
+    gate_cs: bool = True  # require the C+S condition (off only in --quick, where a random model has no memory)
     tasks: tuple[str, ...] = FAMILIES
     limit: int | None = 40  # held-out items of each swept task other than cf_capitals (swept in full)
     sweep_batch_size: int = 8
@@ -104,7 +105,7 @@ class InjectConfig:
 
 QUICK = dict(t_facts=6, n_facts=3, inject_min_epochs=1, inject_max_epochs=1, steps=4, save_every=2, sweep_every=4,
              batch_size=4, loss_probe=3, limit=3, tasks=("cf_capitals",), max_new_tokens=8, measure_tokens=8,
-             quick=True, gate_recall=0.0, gate_mc=1.0, gate_n_shift=1.0)
+             quick=True, gate_recall=0.0, gate_mc=1.0, gate_n_shift=1.0, gate_cs=False)
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -449,8 +450,9 @@ def judge(cfg: InjectConfig, figures: dict) -> dict:
         "n_unchanged": (abs(figures["phase_a_mc_N"] - figures["base_mc_N"]) <= cfg.gate_n_shift
                         and figures["phase_a_recall_N"] - figures["base_recall_N"] <= cfg.gate_n_shift,
                         f"M_C and recall within {cfg.gate_n_shift} of the base model"),
-        "cs_condition": ((figures["phase_a_loss_S_of_T"] or 0) < (figures["phase_a_loss_C"] or 0),
-                         "closed-book loss of T below the context-only loss of C points"),
+        "cs_condition": (not cfg.gate_cs or (figures["phase_a_loss_S_of_T"] or 0) < (figures["phase_a_loss_C"] or 0),
+                         "closed-book loss of T below the context-only loss of C points"
+                         + ("" if cfg.gate_cs else " (not required: --quick)")),
     }
     return {"figures": figures, "checks": {k: {"met": bool(v[0]), "needs": v[1]} for k, v in checks.items()},
             "met": all(v[0] for v in checks.values())}

@@ -460,7 +460,7 @@ class SweepRun:
             except TrackerError as err:
                 raise SweepError(str(err)) from None
         self.told: set[Path] = set()  # skipped names already listed
-        found = discover(self.run_dir, cfg.base)
+        found = [] if cfg.watch else discover(self.run_dir, cfg.base)  # --watch looks in its rounds
         if not cfg.watch and not found:
             count = self.tell_skipped()
             listed = f"; {count} skipped name(s) listed above" if count else ""
