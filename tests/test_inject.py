@@ -76,8 +76,9 @@ def test_measured_mc_equals_a_direct_recomputation(study):
         assert float(rows[p["fact_id"]]["logp_context"]) == pytest.approx(logp["context"], abs=2e-4)
 
 
-def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_rows(study, tiny_model, tmp_path, monkeypatch):
-    out = tmp_path / "again"
+def _killed_at_step_3(study, tiny_model, out, monkeypatch):
+    """A copy of the study's data and phase A in ``out``, and cs_heavy killed after its checkpoint at
+    step 2, before step 3's update; returns the study's config."""
     shutil.copytree(study / "data", out / "data")
     shutil.copytree(study / "phase_a", out / "phase_a")
     cfg = inject.InjectConfig(output_path=out, model=str(tiny_model))
@@ -87,16 +88,22 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_rows(study,
 
     def dying_step(*args):
         calls.append(1)
-        if len(calls) == 3:  # after the checkpoint at step 2, before step 3's update
+        if len(calls) == 3:
             raise KeyboardInterrupt
         return real_step(*args)
 
     monkeypatch.setattr(inject, "_step", dying_step)
     with pytest.raises(KeyboardInterrupt):
         inject.train_arm(cfg, "cs_heavy", 0, out / "phase_a" / "model", log=lambda *a: None)
+    monkeypatch.setattr(inject, "_step", real_step)
+    return cfg
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_rows(study, tiny_model, tmp_path, monkeypatch):
+    out = tmp_path / "again"
+    cfg = _killed_at_step_3(study, tiny_model, out, monkeypatch)
     state = json.loads((out / "runs" / "cs_heavy-seed0" / "state" / "state.json").read_text())
     assert state["step"] == 2 and not (out / "runs" / "cs_heavy-seed0" / "run.json").exists()
-    monkeypatch.setattr(inject, "_step", real_step)
     inject.train_arm(cfg, "cs_heavy", 0, out / "phase_a" / "model", log=lambda *a: None)
     for name in ("measure.csv", "loss.csv"):
         assert (_csv(out / "runs" / "cs_heavy-seed0" / name)
@@ -197,22 +204,7 @@ def test_a_study_folder_keeps_its_design(study, tiny_model, capsys):
 
 def test_finish_closes_a_stopped_run_at_its_last_checkpoint(study, tiny_model, tmp_path, monkeypatch):
     out = tmp_path / "closed"
-    shutil.copytree(study / "data", out / "data")
-    shutil.copytree(study / "phase_a", out / "phase_a")
-    cfg = inject.InjectConfig(output_path=out, model=str(tiny_model))
-    for key, value in inject.QUICK.items():
-        setattr(cfg, key, value)
-    real_step, calls = inject._step, []
-
-    def dying_step(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real_step(*args)
-
-    monkeypatch.setattr(inject, "_step", dying_step)
-    with pytest.raises(KeyboardInterrupt):
-        inject.train_arm(cfg, "cs_heavy", 0, out / "phase_a" / "model", log=lambda *a: None)
+    cfg = _killed_at_step_3(study, tiny_model, out, monkeypatch)
     assert inject.finish_early(cfg, "c_only", 0) is None  # never started: nothing to close
     run_dir = inject.finish_early(cfg, "cs_heavy", 0, log=lambda *a: None)
     info = json.loads((run_dir / "run.json").read_text())
