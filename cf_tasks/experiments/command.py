@@ -102,19 +102,11 @@ def lora_config(args: argparse.Namespace):
     return cfg
 
 
-def folder_design(out: Path) -> str | None:
-    """The design a study folder was made with (its settings record), if it is one."""
-    import json
-
-    try:
-        return json.loads((Path(out) / "config.json").read_text()).get("design")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def run(args: argparse.Namespace) -> int:
     if not args.output_path:
         raise UsageError("--output_path is empty; pass a study folder")
+    from .inversion import folder_design  # not at import: every cf-tasks command builds this parser
+
     found = folder_design(args.output_path)
     if args.design is None:  # a study folder says which design it holds; a new one gets the default
         args.design = found if found in DESIGNS else DESIGNS[0]

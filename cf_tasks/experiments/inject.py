@@ -38,8 +38,8 @@ from pathlib import Path
 
 from ..files import atomic_write, tmp_name
 from ..results import rows_to_csv
-from .inversion import (KINDS, StudyError, batches, claim_study_folder, generation_prompt, greedy_answers, is_known,
-                        load_model, per_example_loss, read_jsonl, settings_of, store_json, write_jsonl)
+from .inversion import (StudyError, batches, claim_study_folder, generation_prompt, greedy_answers, is_known,
+                        kind_counts, load_model, per_example_loss, read_jsonl, settings_of, store_json, write_jsonl)
 
 ARMS = {
     "cs_heavy": "C+S : C = 3 : 1 plus closed-book S points of the injected training facts",
@@ -515,7 +515,7 @@ def train_arm(cfg: InjectConfig, arm: str, seed: int, injected: Path, log=print)
     atomic_write(run_dir / "measure.csv", rows_to_csv(measured, MEASURE_COLUMNS))
     atomic_write(run_dir / "loss.csv", rows_to_csv(losses, LOSS_COLUMNS))
     store_json(run_dir / "run.json", {"arm": arm, "seed": seed, "steps": cfg.steps, "lr": cfg.lr,
-                                      "batch_size": cfg.batch_size, "points": _counts(points),
+                                      "batch_size": cfg.batch_size, "points": kind_counts(points),
                                       "seconds": round(before + time.perf_counter() - start, 1)})
     shutil.rmtree(state, ignore_errors=True)
     return run_dir
@@ -539,15 +539,11 @@ def finish_early(cfg: InjectConfig, arm: str, seed: int, log=print) -> Path | No
     atomic_write(run_dir / "measure.csv", rows_to_csv(saved["measure"], MEASURE_COLUMNS))
     atomic_write(run_dir / "loss.csv", rows_to_csv(saved["loss"], LOSS_COLUMNS))
     store_json(run_dir / "run.json", {"arm": arm, "seed": seed, "steps": step, "planned_steps": cfg.steps,
-                                      "lr": cfg.lr, "batch_size": cfg.batch_size, "points": _counts(points),
+                                      "lr": cfg.lr, "batch_size": cfg.batch_size, "points": kind_counts(points),
                                       "seconds": saved.get("seconds")})
     shutil.rmtree(state, ignore_errors=True)
     log(f"  {run}: closed at step {step} of {cfg.steps}")
     return run_dir
-
-
-def _counts(points: list[dict]) -> dict[str, int]:
-    return {k: sum(1 for p in points if p["kind"] == k) for k in KINDS if any(p["kind"] == k for p in points)}
 
 
 def _link_model(src: Path, dest: Path) -> None:

@@ -17,14 +17,13 @@ on whether the passage's answer is preferred (``M_C > 0.5``).
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 from pathlib import Path
 
 from ..files import atomic_write
 from ..results import rows_to_csv
-from .inversion import fmt_number, md_table, read_jsonl
+from .inversion import fmt_number, folder_design, md_table, read_jsonl, save_fig
 
 RAW = ("measure.csv", "loss.csv", "gate.json", "epochs.csv", "data.csv", "runs.csv", "sweep.csv",
        "sweep_summary.csv", "settings.json")
@@ -46,10 +45,7 @@ def has_study(out: Path) -> bool:
     """A study folder of this design, or a report folder made from one."""
     out = Path(out)
     if (out / "config.json").is_file():
-        try:
-            return json.loads((out / "config.json").read_text()).get("design") == "inject"
-        except (OSError, ValueError):
-            return False
+        return folder_design(out) == "inject"
     return is_report(out)
 
 
@@ -410,7 +406,7 @@ def _plots(curve, losses, sweep, target: Path) -> None:
         axes[0].legend(fontsize=6)
         fig.suptitle("E: probe facts (taught in phase A, never in phase B); N: held-out facts never taught")
         fig.tight_layout()
-        _save(fig, target / "mc.png")
+        save_fig(fig, target / "mc.png")
         plt.close(fig)
     probe = [r for r in losses if r["split"] == "probe"]
     if probe:
@@ -425,11 +421,5 @@ def _plots(curve, losses, sweep, target: Path) -> None:
         ax.set_ylabel("answer loss of fixed probe points")
         ax.legend(fontsize=6)
         fig.tight_layout()
-        _save(fig, target / "loss.png")
+        save_fig(fig, target / "loss.png")
         plt.close(fig)
-
-
-def _save(fig, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    atomic_write(path, buf.getvalue())

@@ -542,6 +542,14 @@ def settings_of(cfg) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items() if k not in NOT_SETTINGS}
 
 
+def folder_design(out: Path) -> str | None:
+    """The design a study folder was made with (its settings record), or None for any other folder."""
+    try:
+        return json.loads((Path(out) / "config.json").read_text()).get("design")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def claim_study_folder(out: Path, record: dict) -> None:
     """Write a study folder's settings record, or refuse a folder made with other settings (a
     ``StudyError``: one line naming the first setting that differs and the fix)."""
