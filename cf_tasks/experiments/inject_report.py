@@ -16,14 +16,13 @@ on whether the passage's answer is preferred (``M_C > 0.5``).
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 
 from ..files import atomic_write
 from ..results import rows_to_csv
-from .inversion import fmt_number, folder_design, md_table, read_jsonl, save_fig
+from .inversion import fmt_number, folder_design, md_table, read_csv, read_jsonl, save_fig
 
 RAW = ("measure.csv", "loss.csv", "gate.json", "epochs.csv", "data.csv", "runs.csv", "sweep.csv",
        "sweep_summary.csv", "settings.json")
@@ -51,13 +50,6 @@ def has_study(out: Path) -> bool:
 
 def is_report(folder: Path) -> bool:
     return (Path(folder) / "settings.json").is_file() and (Path(folder) / "measure.csv").is_file()
-
-
-def _read_csv(path: Path) -> list[dict]:
-    if not Path(path).is_file():
-        return []
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
 
 
 def _json(value) -> bytes:
@@ -94,13 +86,13 @@ def collect(out: Path, target: Path) -> None:
         atomic_write(target / "gate.json", _json({**json.loads((phase / "gate.json").read_text()),
                                                   "inject": json.loads((phase / "inject.json").read_text())}))
         atomic_write(target / "epochs.csv", (phase / "epochs.csv").read_bytes())
-    measured = _read_csv(phase / "measure.csv")
+    measured = read_csv(phase / "measure.csv")
     losses: list[dict] = []
     runs = []
     for run_dir in sorted((out / "runs").glob("*")):
         if (run_dir / "run.json").is_file():
-            measured += _read_csv(run_dir / "measure.csv")
-            losses += _read_csv(run_dir / "loss.csv")
+            measured += read_csv(run_dir / "measure.csv")
+            losses += read_csv(run_dir / "loss.csv")
             info = json.loads((run_dir / "run.json").read_text())
             runs.append({"run": run_dir.name, **{k: info.get(k) for k in ("arm", "seed", "steps", "lr", "batch_size",
                                                                           "seconds")},
@@ -115,7 +107,7 @@ def collect(out: Path, target: Path) -> None:
 
         # the sweep's own verdict at the swept checkpoint nearest the peak declared from measure.csv
         peak = declare_peak(curves(measured))["peak_step"]
-        swept = sorted({int(r["step"]) for r in _read_csv(sweeps / "sweep.csv")})
+        swept = sorted({int(r["step"]) for r in read_csv(sweeps / "sweep.csv")})
         inside = swept[1:-1]
         near = min(inside, key=lambda s: (abs(s - peak), s)) if peak is not None and inside else None
         rebuild_views(sweeps, peak_step=near)
@@ -126,12 +118,12 @@ def collect(out: Path, target: Path) -> None:
 
 def _sweep_rows(sweeps: Path) -> tuple[list[dict], list[dict]]:
     rows = []
-    for r in _read_csv(sweeps / "sweep.csv"):
+    for r in read_csv(sweeps / "sweep.csv"):
         if r["metric"] in SWEEP_METRICS:
             rows.append({**{k: r.get(k, "") for k in SWEEP_COLUMNS}, "run": Path(r["run"]).name})
     rows.sort(key=lambda r: (r["run"], r["task"], r["metric"], int(r["step"])))
     summary = []
-    for r in _read_csv(sweeps / "summary.csv"):
+    for r in read_csv(sweeps / "summary.csv"):
         name = Path(r.get("run") or "").name
         summary.append({**r, "run": name, "series": f"{r['task']} [{name}]"})
     summary.sort(key=lambda r: (r["run"], r["task"]))
@@ -258,15 +250,15 @@ def render(source: Path, target: Path) -> None:
         for name in RAW:
             if (source / name).is_file():
                 atomic_write(target / name, (source / name).read_bytes())
-    measured = _read_csv(source / "measure.csv")
+    measured = read_csv(source / "measure.csv")
     curve = curves(measured)
     atomic_write(target / "mc_curves.csv", rows_to_csv(curve, CURVE_COLUMNS))
     peak = declare_peak(curve)
     atomic_write(target / "peak.json", _json(peak))  # declared before the tests read it
     tests = fixed_peak_tests(measured, peak["peak_step"]) if peak["peak_step"] is not None else []
     atomic_write(target / "tests.csv", rows_to_csv(tests, TEST_COLUMNS))
-    losses = _read_csv(source / "loss.csv")
-    sweep = _read_csv(source / "sweep.csv")
+    losses = read_csv(source / "loss.csv")
+    sweep = read_csv(source / "sweep.csv")
     _plots(curve, losses, sweep, target)
     text = results_md(source, curve, peak, tests, losses, sweep)
     atomic_write(target / "results.md", text.encode("utf-8"))
@@ -294,7 +286,7 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
              "Every number below is computed from the CSV and JSON files beside this one.", "",
              "## Settings", "", md_table([{"setting": k, "value": json.dumps(v)} for k, v in sorted(settings.items())
                                           if k != "model_id"], ("setting", "value")), ""]
-    data = _read_csv(source / "data.csv")
+    data = read_csv(source / "data.csv")
     if data:
         parts += ["## Facts and mixes", "", md_table(data, ("what", "part", "count")), ""]
     gate_path = source / "gate.json"
@@ -311,7 +303,7 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
                   md_table([{"check": k, "needs": v["needs"], "met": "yes" if v["met"] else "NO"}
                             for k, v in gate["checks"].items()], ("check", "needs", "met")), "",
                   f"Gate met: {'yes' if gate['met'] else 'NO'}.", ""]
-    runs = _read_csv(source / "runs.csv")
+    runs = read_csv(source / "runs.csv")
     if runs:
         parts += ["## Phase B runs", "", "`steps`: the steps trained; `planned_steps`: the study's setting "
                   "(a run closed early with `--finish` stops at its last checkpoint).", "",
@@ -351,7 +343,7 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
                                                                      "step": int(r["step"])})[r["metric"]] = r["value"]
         parts += ["## The sweep at its checkpoints (sweep.csv)", "",
                   md_table([keyed[k] for k in sorted(keyed)], ("run", "task", "step") + SWEEP_METRICS), ""]
-    summary = _read_csv(source / "sweep_summary.csv")
+    summary = read_csv(source / "sweep_summary.csv")
     if summary:
         shown = [c for c in ("series", "peak_step", "first", "peak", "final", "rise", "drop", "p_rise", "p_fall",
                              "p_holm", "verdict") if c in summary[0]]

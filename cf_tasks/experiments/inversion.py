@@ -622,7 +622,10 @@ def run_study(cfg: StudyConfig, log=print) -> int:
 # ----------------------------------------------------------------------------------------- report
 
 
-def _read_csv(path: Path) -> list[dict]:
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a CSV file; none for a file that is not there (a part not run yet)."""
+    if not Path(path).is_file():
+        return []
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
@@ -652,7 +655,7 @@ def build_report(cfg: StudyConfig, log=print) -> Path:
         sweep_report([sweeps], sweeps, log=lambda *a, **k: None, items=True)
         by_run.mkdir(exist_ok=True)
         summary_of_runs(out, sweeps, by_run, cfg.alpha)
-    rows = _read_csv(by_run / "sweep.csv") if (by_run / "sweep.csv").is_file() else []
+    rows = read_csv(by_run / "sweep.csv") if (by_run / "sweep.csv").is_file() else []
     curves = []
     for r in rows:
         if r["metric"] not in CURVE_METRICS:
@@ -666,14 +669,14 @@ def build_report(cfg: StudyConfig, log=print) -> Path:
                                                             "metric", "value", "stderr", "n")))
     summary = []
     if (by_run / "summary.csv").is_file():
-        for r in _read_csv(by_run / "summary.csv"):
+        for r in read_csv(by_run / "summary.csv"):
             name, arm, seed = _run_of(r)
             summary.append({"run": name, "arm": arm, "seed": seed, **{k: v for k, v in r.items() if k != "run"}})
     columns = ["run", "arm", "seed"] + [k for k in (summary[0] if summary else {}) if k not in ("run", "arm", "seed")]
     atomic_write(target / "summary.csv", rows_to_csv(summary, columns))
     loss = []
     for path in sorted((out / "runs").glob("*/loss.csv")):
-        loss += _read_csv(path)
+        loss += read_csv(path)
     atomic_write(target / "loss.csv", rows_to_csv(loss, LOSS_COLUMNS))
     data_rows = _data_rows(out)
     atomic_write(target / "data.csv", rows_to_csv(data_rows, ("what", "kind", "count")))
