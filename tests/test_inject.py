@@ -145,6 +145,8 @@ def test_a_rerun_with_the_same_settings_reuses_everything(study, tiny_model):
     (["--lr", "inf"], "--lr inf: a learning rate is a finite number"),
     (["--inject_lr", "0"], "--inject_lr 0.0: a learning rate"),
     (["--sweep_every", "20"], "--sweep_every 20: must be a multiple of --save_every 16"),
+    (["--t_epochs", "7"], "--t_epochs 7: must be between 1 and the phase-A epochs (6)"),
+    (["--t_epochs", "0"], "--t_epochs 0: must be between 1 and the phase-A epochs (6)"),
     (["--seeds", "٠"], "--seeds ٠: pass comma-separated non-negative integers"),
     (["--output_path", ""], "--output_path is empty"),
 ])
@@ -233,3 +235,29 @@ def test_the_reproduction_guide_types_no_figure_of_the_study():
     section = text[start:text.index("\n## ", start + 10)]
     prose = re.sub(r"```.*?```|<!--.*?-->", "", section, flags=re.S)
     assert not re.findall(r"\d\.\d|\d+ of \d+|\bp\s*[=<]", prose), "figures belong in the generated results.md"
+
+
+def test_t_epochs_teaches_t_only_in_the_last_epochs_of_phase_a(study, tiny_model, tmp_path, monkeypatch):
+    out = tmp_path / "weak_t"
+    shutil.copytree(study / "data", out / "data")
+    cfg = inject.InjectConfig(output_path=out, model=str(tiny_model))
+    for key, value in inject.QUICK.items():
+        setattr(cfg, key, value)
+    cfg.inject_min_epochs = cfg.inject_max_epochs = 3
+    cfg.t_epochs = 1
+    t_ids = {p["fact_id"] for p in inject.load_groups(out)["T"]}
+    seen, real_step = [], inject._step
+
+    def recording_step(model, tokenizer, optimizer, batch):
+        seen.append({p["fact_id"] for p in batch})
+        return real_step(model, tokenizer, optimizer, batch)
+
+    monkeypatch.setattr(inject, "_step", recording_step)
+    inject.inject(cfg, tiny_model, log=lambda *a: None)
+    epochs = _csv(out / "phase_a" / "epochs.csv")
+    ends = [int(r["steps"]) for r in epochs]
+    assert len(epochs) == 3 and ends[-1] == len(seen) == json.loads((out / "phase_a" / "inject.json").read_text())["steps"]
+    early, last = set().union(*seen[:ends[1]]), set().union(*seen[ends[1]:])
+    assert not early & t_ids and t_ids <= last  # T only in the last epoch, every T fact in it
+    assert ends[2] - ends[1] > ends[1] - ends[0]  # the last epoch is longer by T's batches
+    assert "t_epochs" not in inject.InjectConfig(output_path=out).settings()  # older folders keep their record

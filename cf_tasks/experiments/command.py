@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..files import writable_dir
 
 DESIGNS = ("inject", "known_lora")
-INJECT_ONLY = ("t_facts", "n_facts", "inject_lr", "gate_recall", "gate_mc", "gate_n_shift", "sweep_every")
+INJECT_ONLY = ("t_facts", "n_facts", "inject_lr", "t_epochs", "gate_recall", "gate_mc", "gate_n_shift", "sweep_every")
 
 
 def _ints(flag: str, text: str) -> tuple[int, ...]:
@@ -195,6 +195,8 @@ def add_parser(experiments) -> None:
                    help="held-out items per task in the sweeps (inject 40, cf_capitals always in full; known_lora 40)")
     p.add_argument("--t_facts", type=int, default=None, help="inject: training facts taught, then C+S points (150)")
     p.add_argument("--n_facts", type=int, default=None, help="inject: held-out facts never taught, the control (40)")
+    p.add_argument("--t_epochs", type=int, default=None,
+                   help="inject: teach T only in the last N epochs of phase A (default all), a weaker memory of T")
     p.add_argument("--inject_lr", type=float, default=None, help="inject: learning rate of phase A (5e-5)")
     p.add_argument("--sweep_every", type=int, default=None,
                    help="inject: steps between the checkpoints the sweep scores (48; a multiple of --save_every)")

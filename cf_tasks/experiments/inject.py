@@ -71,6 +71,7 @@ class InjectConfig:
     inject_lr: float = 5e-5
     inject_min_epochs: int = 6
     inject_max_epochs: int = 14
+    t_epochs: int | None = None  # T is taught in the last t_epochs of the first inject_min_epochs (None: all)
     lr: float = 1e-5
     steps: int = 160
     save_every: int = 16
@@ -100,7 +101,10 @@ class InjectConfig:
 
     def settings(self) -> dict:
         """What moves a number of the study: a rerun into the same folder must match these."""
-        return settings_of(self)
+        settings = settings_of(self)
+        if settings.get("t_epochs") is None:  # the default, absent from folders made before it existed
+            settings.pop("t_epochs", None)
+        return settings
 
 
 QUICK = dict(t_facts=6, n_facts=3, inject_min_epochs=1, inject_max_epochs=1, steps=4, save_every=2, sweep_every=4,
@@ -138,6 +142,9 @@ def check_config(cfg: InjectConfig) -> None:
         raise StudyError(f"--sweep_every {cfg.sweep_every}: must be a multiple of --save_every {cfg.save_every}")
     if cfg.inject_max_epochs < cfg.inject_min_epochs:
         raise StudyError("--inject_max_epochs is below --inject_min_epochs; raise it")
+    if cfg.t_epochs is not None and not 1 <= cfg.t_epochs <= cfg.inject_min_epochs:
+        raise StudyError(f"--t_epochs {cfg.t_epochs}: must be between 1 and the phase-A epochs "
+                         f"({cfg.inject_min_epochs})")
 
 
 def claim_folder(cfg: InjectConfig, model_id: str) -> None:
@@ -381,13 +388,18 @@ def inject(cfg: InjectConfig, base: Path, log=print) -> Path:
     torch.manual_seed(cfg.data_seed)
     model, tokenizer = load_model(base)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.inject_lr, weight_decay=0.0)
-    per_epoch = math.ceil(len(points) / cfg.batch_size)
-    rows, epoch, recall, start = [], 0, 0.0, time.perf_counter()
+    t_ids = {p["fact_id"] for p in groups["T"]}
+    # --t_epochs: T joins in the last t_epochs of the first inject_min_epochs and stays (weaker memory of T)
+    t_from = 1 if cfg.t_epochs is None else cfg.inject_min_epochs - cfg.t_epochs + 1
+    rows, epoch, steps, recall, start = [], 0, 0, 0.0, time.perf_counter()
     while epoch < cfg.inject_max_epochs:
+        mine = points if epoch + 1 >= t_from else [p for p in points if p.get("fact_id") not in t_ids]
+        per_epoch = math.ceil(len(mine) / cfg.batch_size)
         losses = [_step(model, tokenizer, optimizer, b)
-                  for b in batches(points, per_epoch, cfg.batch_size, f"inject:{cfg.data_seed}:{epoch}")]
+                  for b in batches(mine, per_epoch, cfg.batch_size, f"inject:{cfg.data_seed}:{epoch}")]
         epoch += 1
-        row = {"epoch": epoch, "steps": epoch * per_epoch, "loss": round(sum(losses) / len(losses), 6), "recall": ""}
+        steps += per_epoch
+        row = {"epoch": epoch, "steps": steps, "loss": round(sum(losses) / len(losses), 6), "recall": ""}
         if epoch >= cfg.inject_min_epochs and (epoch - cfg.inject_min_epochs) % 2 == 0:
             model.eval()
             said = greedy_answers(model, tokenizer, [_closed_book(p) for p in taught], log=lambda *a, **k: None,
@@ -401,7 +413,7 @@ def inject(cfg: InjectConfig, base: Path, log=print) -> Path:
             break
     _save_model(model, tokenizer, model_dir)
     atomic_write(phase / "epochs.csv", rows_to_csv(rows, ("epoch", "steps", "loss", "recall")))
-    store_json(phase / "inject.json", {"epochs": epoch, "steps": epoch * per_epoch, "points": len(points),
+    store_json(phase / "inject.json", {"epochs": epoch, "steps": steps, "points": len(points),
                                        "seconds": round(time.perf_counter() - start, 1)})
     return model_dir
 
