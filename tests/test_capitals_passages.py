@@ -11,6 +11,7 @@ from dataset_builders import DEFAULT_SEED, build, cf_capitals, cf_capitals_forme
 from dataset_builders.validate import build_validated, failures
 
 from conftest import seed_matrix
+from builds import assert_clean
 
 SEEDS = seed_matrix()
 DATASETS = ("cf_capitals", "cf_capitals_former")
@@ -120,7 +121,7 @@ def test_every_extra_rule_has_a_case():
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_catches_injected_defect(items, rule):
     dataset, inject = CASES[rule]
-    assert failures(items[dataset]) == []
+    assert_clean(items[dataset])
     broken, bad_id = inject(items[dataset])
     hit = [line for line in failures(broken) if line.startswith(rule + ":")]
     assert len(hit) == 1 and bad_id in hit[0] and "\n" not in hit[0], failures(broken)

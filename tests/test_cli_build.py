@@ -15,6 +15,7 @@ from dataset_builders import DATASETS, build
 from dataset_builders.serialize import read_jsonl
 
 
+@pytest.mark.slow
 def test_build_all_writes_files_and_manifest(tmp_path, capsys):
     assert main(["build", "--out", str(tmp_path), "--seed", "5"]) == 0
     manifest = json.loads((tmp_path / "manifest.json").read_text())

@@ -248,6 +248,7 @@ def test_cf_reuses_the_generation_metrics():
 
 # End to end.
 
+@pytest.mark.slow
 def test_lm_eval_cli_runs_the_ic_recall_tasks(tiny_model, tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")

@@ -30,6 +30,7 @@ def study(tiny_model, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_study_writes_every_part(study):
     assert json.loads((study / "config.json").read_text())["design"] == "inject"
     gate = json.loads((study / "phase_a" / "gate.json").read_text())
@@ -52,6 +53,7 @@ def test_study_writes_every_part(study):
     assert kinds == {"C": 2, "CS": 6, "S": 2}  # C+S : C = 3 : 1, plus S points of T
 
 
+@pytest.mark.slow
 def test_measured_mc_equals_a_direct_recomputation(study):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -99,6 +101,7 @@ def _killed_at_step_3(study, tiny_model, out, monkeypatch):
     return cfg
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_rows(study, tiny_model, tmp_path, monkeypatch):
     out = tmp_path / "again"
     cfg = _killed_at_step_3(study, tiny_model, out, monkeypatch)
@@ -110,6 +113,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_rows(study,
                 == _csv(study / "runs" / "cs_heavy-seed0" / name)), name
 
 
+@pytest.mark.slow
 def test_a_failed_gate_stops_before_phase_b_and_names_the_check(tiny_model, tmp_path, capsys):
     out = tmp_path / "gated"
     rc = main([*QUICK, "--model", str(tiny_model), "--output_path", str(out), "--gate_recall", "0.95"])
@@ -121,6 +125,7 @@ def test_a_failed_gate_stops_before_phase_b_and_names_the_check(tiny_model, tmp_
     assert not (out / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_rerun_with_other_settings_is_refused(study, tiny_model, capsys):
     before = (study / "config.json").read_bytes()
     rc = main([*QUICK, "--model", str(tiny_model), "--output_path", str(study), "--lr", "3e-5"])
@@ -130,6 +135,7 @@ def test_a_rerun_with_other_settings_is_refused(study, tiny_model, capsys):
     assert (study / "config.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_rerun_with_the_same_settings_reuses_everything(study, tiny_model):
     stamps = {p: p.stat().st_mtime_ns for p in (study / "runs").rglob("*.csv")}
     assert main([*QUICK, "--model", str(tiny_model), "--output_path", str(study)]) == 0
@@ -158,6 +164,7 @@ def test_bad_arguments_are_one_line_and_exit_2_before_any_work(tmp_path, capsys,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_report_renders_to_the_same_bytes_from_its_own_files(study, tmp_path):
     report = study / "report"
     fresh = tmp_path / "fresh"
@@ -195,6 +202,7 @@ def test_peak_rule_and_fixed_peak_tests_by_hand():
     assert binary["first"] == 0 and binary["peak"] == 1 and binary["final"] == 0
 
 
+@pytest.mark.slow
 def test_a_study_folder_keeps_its_design(study, tiny_model, capsys):
     before = (study / "config.json").read_bytes()
     rc = main(["experiment", "inversion", "--design", "known_lora", "--quick", "--model", str(tiny_model),
@@ -204,6 +212,7 @@ def test_a_study_folder_keeps_its_design(study, tiny_model, capsys):
     assert (study / "config.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_finish_closes_a_stopped_run_at_its_last_checkpoint(study, tiny_model, tmp_path, monkeypatch):
     out = tmp_path / "closed"
     cfg = _killed_at_step_3(study, tiny_model, out, monkeypatch)
@@ -237,6 +246,7 @@ def test_the_reproduction_guide_types_no_figure_of_the_study():
     assert not re.findall(r"\d\.\d|\d+ of \d+|\bp\s*[=<]", prose), "figures belong in the generated results.md"
 
 
+@pytest.mark.slow
 def test_t_epochs_teaches_t_only_in_the_last_epochs_of_phase_a(study, tiny_model, tmp_path, monkeypatch):
     out = tmp_path / "weak_t"
     shutil.copytree(study / "data", out / "data")

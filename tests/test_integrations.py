@@ -47,6 +47,7 @@ def _train(tiny_model: Path, out: Path, monkeypatch, **options) -> CFTasksCallba
     return callback
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_process", [False, True], ids=["separate process", "in process"])
 def test_three_saves_give_three_points_per_metric_at_their_steps(tiny_model, tmp_path, monkeypatch, in_process):
     out = tmp_path / "run"

@@ -38,6 +38,7 @@ def test_the_prompts_are_alpacas_and_tulus():
         train.render({"text": "no fields"})
 
 
+@pytest.mark.slow
 def test_train_then_sweep_the_checkpoints(tiny_model, tmp_path):
     data = tmp_path / "alpaca.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
@@ -67,6 +68,7 @@ def test_a_missing_data_file_is_one_line(tmp_path):
     assert done.stderr.strip().count("\n") == 0 and "--data" in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
                     reason="tensorboard is not installed (pip install 'cf-tasks[tensorboard]')")
 def test_train_with_the_callback_reports_each_checkpoint_to_the_trainers_tensorboard(tiny_model, tmp_path):

@@ -64,6 +64,7 @@ def _card_metadata(path: Path) -> dict:
 # --------------------------------------------------------------------------- layout and card
 
 
+@pytest.mark.slow
 def test_dry_run_loads_back_row_for_row(export_dir):
     for name in DATASETS:
         loaded = datasets.load_dataset(str(export_dir), name)
@@ -140,6 +141,7 @@ def test_card_body_describes_build_counts_seed_and_citation(export_dir):
     assert "Goyal, Sachin and Baek, Christina and Kolter, J. Zico and Raghunathan, Aditi" in body
 
 
+@pytest.mark.slow
 def test_a_builder_can_add_its_own_citation(monkeypatch, tmp_path):
     import dataset_builders
 

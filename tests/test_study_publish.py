@@ -36,6 +36,7 @@ def studies(tiny_model, tmp_path_factory):
     return outs
 
 
+@pytest.mark.slow
 def test_a_dry_run_publish_loads_back_into_sweep_csvs_rows(studies, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     repo = tmp_path / "repo"
@@ -67,6 +68,7 @@ def test_publish_results_of_a_folder_without_a_sweep_is_one_line(tmp_path, capsy
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_compare_draws_both_studies_a_sweep_and_a_published_copy(studies, tmp_path):
     repo = tmp_path / "published_b"
     assert main(["publish", "--results", str(studies[1]), "--repo_id", "my-org/study-b", "--dry_run",
@@ -83,6 +85,7 @@ def test_compare_draws_both_studies_a_sweep_and_a_published_copy(studies, tmp_pa
     assert (tmp_path / "cli" / "compare.png").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("column", ["version", "scorer_version"])
 def test_compare_refuses_mixed_versions_in_one_line_unless_asked(studies, tmp_path, capsys, column):
     other = tmp_path / "other"
@@ -100,6 +103,7 @@ def test_compare_refuses_mixed_versions_in_one_line_unless_asked(studies, tmp_pa
     assert (target / "compare.png").is_file()
 
 
+@pytest.mark.slow
 def test_an_upload_is_one_commit_of_the_dry_runs_files_without_the_token(studies, tmp_path, monkeypatch, capsys):
     from unittest import mock
 
@@ -121,6 +125,7 @@ def test_an_upload_is_one_commit_of_the_dry_runs_files_without_the_token(studies
     assert "abc123" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_compare_of_an_unreachable_published_study_is_one_line(studies, tmp_path, capsys):
     assert main(["report", "--compare", str(studies[0]), "my-org/not-here", "--output_path", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

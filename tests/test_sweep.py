@@ -106,6 +106,7 @@ def test_full_sweep_rows_failures_and_resume(run_dir, tmp_path, capsys, made_bac
     assert redone == ["checkpoint-300"]
 
 
+@pytest.mark.slow
 def test_lora_sweep_with_base_and_shards_merge(run_dir, tmp_path, made_backends):
     outs = []
     for shard in ("0/2", "1/2"):
@@ -163,6 +164,7 @@ def test_lora_group_generates_adapters_together_with_the_answers_of_separate_run
     assert grouped[10] != grouped[20]  # the adapters answer differently, so a mix-up would show
 
 
+@pytest.mark.slow
 def test_a_group_of_three_is_generated_once_with_the_answers_of_separate_runs(run_dir, tmp_path, made_backends):
     # The first adapter's run lists lm-eval's batches and decodes them together for all three;
     # the later adapters' runs only read their rows back (nothing is generated twice).
@@ -188,6 +190,7 @@ def test_a_group_of_three_is_generated_once_with_the_answers_of_separate_runs(ru
     assert len({json.dumps(a, sort_keys=True) for a in answers.values()}) == 3  # a mix-up would show
 
 
+@pytest.mark.slow
 def test_a_failed_decode_of_several_batches_falls_back_to_one_batch_at_a_time(run_dir, tmp_path, made_backends,
                                                                              monkeypatch, capsys):
     from unittest import mock
@@ -232,6 +235,7 @@ def test_a_corrupt_adapter_in_a_group_fails_alone(run_dir, tmp_path, made_backen
     assert made_backends[0].lm.stats["group_batches"] == made_backends[0].lm.stats["reused_batches"] > 0
 
 
+@pytest.mark.slow
 def test_an_adapter_that_fails_to_load_leaves_its_mates_their_own_configs(run_dir, tmp_path, made_backends):
     # peft registers an adapter's config before loading its weights: a mate whose weights fail to
     # load must not leave its config to the next mate (same rank here, a different scaling).
@@ -365,6 +369,7 @@ def _results_in_store(out):
     return sorted(p.parent.relative_to(out / "store").parts for p in (out / "store").glob("*/*/*/record.json"))
 
 
+@pytest.mark.slow
 def test_case1_concurrent_shards_and_a_duplicate_equal_a_serial_run(run_dir, tmp_path):
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200",
                                              "checkpoint-3": "checkpoint-300"})
@@ -403,6 +408,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_sigkill_during_a_write_leaves_a_store_the_next_run_completes(run_dir, tmp_path):
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
     serial = tmp_path / "serial"
@@ -717,6 +723,7 @@ def test_case8_concurrent_plots_use_their_own_temp_names(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".inversion.png.tmp.png", "inversion.png"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["claim", "evaluate", "write", "views"])
 def test_an_interrupt_at_each_stage_resumes_to_the_uninterrupted_csv(run_dir, tmp_path, monkeypatch, stage):
     import cf_tasks.evaluate as evaluate

@@ -416,6 +416,7 @@ def test_a_checkpoint_resaved_while_scored_is_not_stored_under_its_old_id(swept,
     assert [p.parts[-3] for p in _records(out)] == [new_id]
 
 
+@pytest.mark.slow
 def test_three_writers_with_a_tiny_lock_timeout_leave_a_complete_store(swept, tmp_path):
     """Claims and temp folders time out almost at once: writers take over each other's claims and
     may score one checkpoint twice, but no view reads another writer's temp folder."""

@@ -71,6 +71,7 @@ def test_process_age_reads_the_process_start_and_is_none_where_it_cannot():
         assert STARTUP not in {r["phase"] for r in Timings().table()["phases"]}
 
 
+@pytest.mark.slow
 def test_timings_are_printed_and_written_one_file_per_process(run, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(_sweep_args(run, out)) == 0
@@ -113,6 +114,7 @@ def _counting_views(monkeypatch):
     return counted
 
 
+@pytest.mark.slow
 def test_views_are_rebuilt_once_for_checkpoints_that_finish_close_together(run, tmp_path, monkeypatch):
     import cf_tasks.sweep.plan as plan
 

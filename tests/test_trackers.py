@@ -242,6 +242,7 @@ def test_a_sweep_logs_each_checkpoint_once_and_a_rerun_logs_nothing_new(run3, tm
     _no_secret_in(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not INSTALLED, reason="no tracker is installed (pip install 'cf-tasks[trackers]')")
 def test_two_shards_together_log_each_checkpoint_once(run3, tmp_path, offline_trackers):
     out = tmp_path / "out"
@@ -282,6 +283,7 @@ def test_eval_logs_its_results_once_at_the_given_step(tiny_model, tmp_path, caps
     assert [s for s, _ in tensorboard_points(log_dir, "cf_capitals_mc/context_prob")] == [7]
 
 
+@pytest.mark.slow
 @needs["mlflow"]
 def test_a_sweep_joins_an_existing_mlflow_run(run3, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient

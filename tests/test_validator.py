@@ -7,6 +7,7 @@ import pytest
 from dataset_builders import DEFAULT_SEED, build
 from dataset_builders import validate
 from dataset_builders.validate import ValidationError, build_validated, failures
+from builds import built, assert_clean
 
 
 def _first(items, **where):
@@ -90,8 +91,8 @@ def test_every_rule_has_a_case():
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_catches_injected_defect(rule):
     dataset, inject = CASES[rule]
-    items = build(dataset, DEFAULT_SEED)
-    assert failures(items) == []
+    items = built(dataset)
+    assert_clean(items)
     broken, bad_id = inject(items)
     lines = failures(broken)
     hit = [line for line in lines if line.startswith(rule + ":")]

@@ -12,6 +12,7 @@ from dataset_builders.common import same_answer
 from dataset_builders.validate import build_validated, failures
 
 from conftest import seed_matrix
+from builds import assert_clean
 
 SEEDS = seed_matrix()
 
@@ -163,7 +164,7 @@ def test_every_world_facts_rule_has_a_case():  # the cues rules have theirs in t
 @pytest.mark.parametrize("rule,inject", [(r, f) for r, fs in CASES.items() for f in fs],
                          ids=lambda x: getattr(x, "__name__", x))
 def test_rule_catches_injected_defect(items, rule, inject):
-    assert failures(items) == []
+    assert_clean(items)
     broken, bad_id = inject(items)
     assert _hit(failures(broken), rule, bad_id), failures(broken)
 
