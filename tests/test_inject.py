@@ -123,6 +123,12 @@ def test_a_failed_gate_stops_before_phase_b_and_names_the_check(tiny_model, tmp_
     assert "gate.json" in err[-1]
     assert not json.loads((out / "phase_a" / "gate.json").read_text())["met"]
     assert not (out / "runs").exists()
+    report = tmp_path / "report"
+    assert main([*QUICK, "--output_path", str(out), "--report_only", "--report_path", str(report)]) == 0
+    text = (report / "results.md").read_text()
+    assert "Gate met: NO." in text and "| recall_T | >= 0.95 | NO |" in text
+    assert text.rstrip().endswith("Phase B did not run: the gate failed (the checks marked NO above), "
+                                  "and a failed gate stops the study.")
 
 
 @pytest.mark.slow
@@ -225,10 +231,11 @@ def test_finish_closes_a_stopped_run_at_its_last_checkpoint(study, tiny_model, t
     assert _csv(run_dir / "measure.csv") == full
 
 
-def test_committed_study_renders_to_its_own_bytes(tmp_path):
+@pytest.mark.parametrize("folder", ["inversion", "inversion_weak_t"])
+def test_committed_study_renders_to_its_own_bytes(tmp_path, folder):
     from conftest import ROOT
 
-    committed = ROOT / "docs" / "reproduction" / "inversion"
+    committed = ROOT / "docs" / "reproduction" / folder
     inject_report.render(committed, tmp_path)
     for name in ("results.md", "mc_curves.csv", "tests.csv", "peak.json"):
         assert (tmp_path / name).read_bytes() == (committed / name).read_bytes(), name

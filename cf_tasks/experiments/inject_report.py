@@ -303,7 +303,17 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
                   md_table([{"check": k, "needs": v["needs"], "met": "yes" if v["met"] else "NO"}
                             for k, v in gate["checks"].items()], ("check", "needs", "met")), "",
                   f"Gate met: {'yes' if gate['met'] else 'NO'}.", ""]
+        epochs = read_csv(source / "epochs.csv")
+        if epochs:
+            parts += ["Phase A's epochs (`epochs.csv`: mean training loss per epoch; closed-book recall on T and E "
+                      "where it was measured):", "", md_table(epochs, ("epoch", "steps", "loss", "recall")), ""]
     runs = read_csv(source / "runs.csv")
+    if not runs:
+        gate_met = gate_path.is_file() and json.loads(gate_path.read_text())["met"]
+        parts += ["## Phase B", "", "Phase B did not run: " + ("the gate failed (the checks marked NO above), "
+                  "and a failed gate stops the study." if gate_path.is_file() and not gate_met
+                  else "no run has finished yet."), ""]
+        return "\n".join(parts)
     if runs:
         parts += ["## Phase B runs", "", "`steps`: the steps trained; `planned_steps`: the study's setting "
                   "(a run closed early with `--finish` stops at its last checkpoint).", "",
