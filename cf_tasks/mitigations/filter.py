@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import CFTasksError
 from ..files import OutputLock, atomic_open, atomic_write, clean_stages, publish, stage_dir, tmp_name, write_failure
 from . import filter_guard as guard
 
@@ -54,12 +55,16 @@ KEPT, DROPPED, SCORES, REPORT, HISTOGRAM = "kept", "dropped", "scores.parquet", 
 STAGE = "filter-data"  # the temp folder a run's outputs are written to before they land together
 
 
-class FilterError(Exception):
+class FilterError(CFTasksError):
     """Bad input, printed as one line with exit code 2."""
 
+    exit_code = 2
 
-class FilterRunError(Exception):
+
+class FilterRunError(CFTasksError):
     """A failure during the run (the model does not load, the disk fills): one line, exit code 1."""
+
+    exit_code = 1
 
 
 @dataclass
