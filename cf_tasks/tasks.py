@@ -41,26 +41,32 @@ METADATA_KEYS = {"seed": "the builder seed, a whole number, e.g. {\"seed\": 7}",
 TASK_OWN_KEYS = ("dataset", "version")  # each task's YAML sets them
 
 
-def check_metadata(metadata: dict | None, only_ours: bool) -> None:
-    """The ``--metadata`` a run passes to every task, checked before any model loads: the types of
-    the keys ``load`` reads, no key a task sets itself, and (``only_ours``: every task of the run is
-    one of ours) no key that no task reads. ``ValueError`` with one line naming the key and the fix."""
+def check_metadata(metadata: dict | None, only_ours: bool, values: bool = True) -> None:
+    """The ``--metadata`` a run passes to every task, checked before any model loads: (``values``)
+    the types of the keys ``load`` reads and no key a task sets itself, and (``only_ours``: every
+    task of the run is one of ours) no key that no task reads. ``ValueError`` with one line naming
+    the key and the fix. ``values=False``: the values were checked already, only the keys are."""
     for key, value in (metadata or {}).items():
-        if key in TASK_OWN_KEYS:
-            raise ValueError(f"--metadata {key}: set by each task itself; remove it")
-        if key == "seed" and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"--metadata seed {json.dumps(value)}: pass a whole number, e.g. {{\"seed\": 7}}")
-        if key in ("hub_repo", "revision") and not (isinstance(value, str) and value.strip()):
-            raise ValueError(f"--metadata {key} {json.dumps(value)}: pass text ({METADATA_KEYS[key]})")
-        if key == "split":
-            from dataset_builders.split import check_split
-
-            check_split(value)
+        if values:
+            _check_metadata_value(key, value)
         if key not in METADATA_KEYS and only_ours:
             close = difflib.get_close_matches(key, list(METADATA_KEYS), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}? " if close else ""
             raise ValueError(f"--metadata {key}: no task of this run reads it; {hint}the tasks read "
                              f"{', '.join(METADATA_KEYS)}")
+
+
+def _check_metadata_value(key: str, value: Any) -> None:
+    if key in TASK_OWN_KEYS:
+        raise ValueError(f"--metadata {key}: set by each task itself; remove it")
+    if key == "seed" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"--metadata seed {json.dumps(value)}: pass a whole number, e.g. {{\"seed\": 7}}")
+    if key in ("hub_repo", "revision") and not (isinstance(value, str) and value.strip()):
+        raise ValueError(f"--metadata {key} {json.dumps(value)}: pass text ({METADATA_KEYS[key]})")
+    if key == "split":
+        from dataset_builders.split import check_split
+
+        check_split(value)
 
 
 def load(dataset: str, seed: int | None = None, hub_repo: str | None = None, revision: str | None = None,

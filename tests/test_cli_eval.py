@@ -35,7 +35,7 @@ def test_eval_with_model_args_runs_on_a_cpu_only_machine(tiny_model, tmp_path, c
 
 @pytest.fixture
 def captured_run(monkeypatch, tmp_path):
-    """``cmd_eval``'s call of ``run_lm_eval``, without running a model."""
+    """``cf-tasks eval``'s call of ``run_lm_eval``, without running a model."""
     calls = []
     monkeypatch.setattr(evaluate, "run_lm_eval", lambda model, tasks, **kw: calls.append(kw))
     monkeypatch.setattr(default_model, "default_model_path", lambda: tmp_path / "SmolLM2")

@@ -19,7 +19,8 @@ PACKAGES = ("cf_tasks", "dataset_builders")
 
 # (layer, closed, units)
 LAYERS: tuple[tuple[str, bool, tuple[str, ...]], ...] = (
-    ("cli: the command line", True, ("cf_tasks.cli",)),
+    ("cli: the command line's dispatcher", True, ("cf_tasks.cli",)),
+    ("cli commands: one module per cf-tasks command, its flags and its checks", True, ("cf_tasks.commands",)),
     ("studies: commands that run other commands", True, ("cf_tasks.experiments", "cf_tasks.integrations")),
     ("commands: the sweep, the mitigations", True, ("cf_tasks.sweep", "cf_tasks.mitigations")),
     ("lm-eval runs: one model on some tasks (cf-tasks eval, each sweep checkpoint)", True, ("cf_tasks.evaluate",)),

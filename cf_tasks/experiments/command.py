@@ -69,7 +69,6 @@ def _common(args: argparse.Namespace, cfg, arms, tasks) -> None:
 
 def inject_config(args: argparse.Namespace):
     from . import inject
-    from .inversion import StudyError
 
     cfg = inject.InjectConfig(output_path=Path(args.output_path))
     if args.quick:
@@ -81,10 +80,7 @@ def inject_config(args: argparse.Namespace):
         if value is not None:
             setattr(cfg, key, value)
     cfg.finish = args.finish
-    try:
-        inject.check_config(cfg)
-    except StudyError as err:
-        raise UsageError(str(err)) from None
+    inject.check_config(cfg)  # a StudyError: exit 2
     return cfg
 
 
@@ -118,25 +114,14 @@ def run(args: argparse.Namespace) -> int:
         return _run_inject(cfg)
     from . import inversion
 
-    try:
-        failed = inversion.run_study(cfg)
-    except inversion.StudyError as err:
-        raise UsageError(str(err)) from None
-    return _failed(failed)
+    return _failed(inversion.run_study(cfg))
 
 
 def _run_inject(cfg) -> int:
     from . import inject
     from .inject_report import build_report
-    from .inversion import StudyError
 
-    try:
-        failed = inject.run_study(cfg)
-    except inject.GateFailed as err:
-        print(f"cf-tasks: error: {err}", file=sys.stderr)
-        return 1
-    except StudyError as err:
-        raise UsageError(str(err)) from None
+    failed = inject.run_study(cfg)  # a failed gate (GateFailed) is exit 1, a StudyError exit 2
     build_report(cfg)
     return _failed(failed)
 

@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import CFTasksError
 from ..files import atomic_write, tmp_name
 from ..results import rows_to_csv
 from .inversion import (StudyError, batches, claim_study_folder, generation_prompt, greedy_answers, is_known,
@@ -56,8 +57,10 @@ LOSS_COLUMNS = ("run", "step", "split", "kind", "loss", "n")
 GATE_KEYS = ("gate_recall", "gate_mc", "gate_n_shift")
 
 
-class GateFailed(Exception):
+class GateFailed(CFTasksError):
     """Phase A did not make its facts C+S facts; the study stops (exit 1)."""
+
+    exit_code = 1
 
 
 @dataclass

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ..errors import CFTasksError
 from ..files import atomic_write, tmp_name
 from ..results import rows_to_csv
 
@@ -151,8 +152,10 @@ QUICK = dict(steps=4, save_every=2, batch_size=4, mix_size=24, limit=3, tasks=("
              seeds=(0,), loss_probe=3, decide_known=False, sweep_batch_size=4, quick=True)
 
 
-class StudyError(Exception):
-    """A problem with the study's input; one line."""
+class StudyError(CFTasksError):
+    """A problem with the study's input; one line, exit 2."""
+
+    exit_code = 2
 
 
 def runs(cfg: StudyConfig) -> list[tuple[str, int]]:

@@ -9,7 +9,7 @@ One job per module:
 - ``load``: a published copy, which the lm-eval tasks read when their metadata names a ``hub_repo``
   (with a pinned ``revision``).
 
-The ``cf-tasks publish`` command that drives them is in ``cf_tasks.cli``.
+The ``cf-tasks publish`` command that drives them is ``cf_tasks.commands.publish``.
 """
 
 from __future__ import annotations

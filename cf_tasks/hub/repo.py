@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from ..errors import CFTasksError
 
 SPLIT = "test"  # the split every task YAML reads (test_split: test)
 DEFAULT_CONFIG = "cf_bio"
@@ -17,8 +18,10 @@ CARD_FILE = "README.md"
 _TOKEN_LIKE = re.compile(r"hf_[A-Za-z0-9]{8,}")
 
 
-class PublishError(Exception):
-    """A problem the user can fix; ``str()`` is one line naming the fix."""
+class PublishError(CFTasksError):
+    """A problem the user can fix; ``str()`` is one line naming the fix. Exit 2."""
+
+    exit_code = 2
 
 
 def check_repo_id(repo_id: str) -> str:

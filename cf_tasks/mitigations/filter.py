@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from ..files import OutputLock, atomic_open, atomic_write, clean_stages, publish, stage_dir, tmp_name, write_failure
+from ..errors import CFTasksError
+from ..files import OutputLock, atomic_open, atomic_write, clean_stages, publish, stage_dir, tmp_name
 from . import filter_guard as guard
 
 LOSS_VERSION = 2  # bump when a change moves the losses: old scoring logs are then not reused
@@ -54,12 +55,16 @@ KEPT, DROPPED, SCORES, REPORT, HISTOGRAM = "kept", "dropped", "scores.parquet", 
 STAGE = "filter-data"  # the temp folder a run's outputs are written to before they land together
 
 
-class FilterError(Exception):
+class FilterError(CFTasksError):
     """Bad input, printed as one line with exit code 2."""
 
+    exit_code = 2
 
-class FilterRunError(Exception):
+
+class FilterRunError(CFTasksError):
     """A failure during the run (the model does not load, the disk fills): one line, exit code 1."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -625,57 +630,3 @@ def write_report(frame, info, args, dropped, out, model_name, source, reasons) -
                   f"- question: {_snippet(question)}", f"- context: {_snippet(example.context)}",
                   f"- target: {_snippet(example.target)}", ""]
     atomic_write(out / REPORT, "\n".join(lines).encode())
-
-
-def add_parser(sub) -> None:
-    """Register ``cf-tasks filter-data`` on the CLI's subparsers."""
-    p = sub.add_parser(
-        "filter-data", help="drop the instruction examples that do not need their context (the paper's section 4.3)",
-        description="Score each context-bearing example's target loss with and without its context, drop the "
-                    "--drop share the model predicts best without it, and write kept/dropped examples, "
-                    "scores.parquet and a report to --output_path.")
-    p.add_argument("data", help="Alpaca-style JSONL (instruction, input, output), chat 'messages' JSONL, a datasets "
-                                "folder or a Hub dataset id")
-    p.add_argument("--model", default=None, help="transformers model folder or Hub id (default: the embedded SmolLM2)")
-    p.add_argument("--output_path", required=True, help="output folder (resumable: a rerun continues the scoring)")
-    p.add_argument("--drop", type=float, default=0.25, help="share of the context-bearing examples to drop "
-                                                             "(default 0.25, as the paper)")
-    p.add_argument("--by", choices=BY, default="loss",
-                   help="loss: drop the lowest target loss without the context (the paper's rule, default); "
-                        "gap: drop the lowest loss-without minus loss-with (the context helps least)")
-    p.add_argument("--format", choices=FORMATS, default="auto", help="input format (default: from the first example)")
-    p.add_argument("--context_field", default=None,
-                   help="the context's field: for Alpaca-style data its name (default 'input'); for chat messages "
-                        "a field holding the context text quoted in the user turn (default: the user turn's "
-                        "material before its last blank-line-separated paragraph is the context)")
-    p.add_argument("--context_only", action="store_true",
-                   help="drop the examples without a context too (the paper's context-only Alpaca)")
-    p.add_argument("--split", default="train", help="split of a datasets folder or Hub id (default train)")
-    p.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
-                   help=f"examples per forward pass, each scored with and without its context (default "
-                        f"{DEFAULT_BATCH_SIZE})")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", choices=DTYPES, default="auto",
-                   help="model dtype (default: bfloat16 on cuda, else float32)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    p.set_defaults(func=cmd_filter_data)
-
-
-def cmd_filter_data(args: argparse.Namespace) -> int:
-    from ..errors import UsageError
-
-    import sys
-
-    try:
-        return run(args)
-    except FilterError as err:
-        raise UsageError(str(err)) from None
-    except FilterRunError as err:
-        print(f"cf-tasks: error: {err}", file=sys.stderr)
-        return 1
-    except OSError as err:  # a disk that filled or a folder that turned read-only mid-run
-        line = write_failure(err)
-        if line is None:
-            raise
-        print(f"cf-tasks: error: {line}", file=sys.stderr)
-        return 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import CFTasksError
 from ..checkpoints import folder_identity, weights_problem
 
 RECORD = "filter.json"
@@ -32,8 +33,10 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin", "tf_mode
                    "adapter_model.safetensors", "adapter_model.bin")
 
 
-class GuardError(Exception):
+class GuardError(CFTasksError):
     """A refused argument: one line, exit 2 (``FilterError`` of the command)."""
+
+    exit_code = 2
 
 
 def output_names(kept: str, dropped: str, fixed: tuple[str, ...]) -> set[str]:

@@ -21,6 +21,7 @@ checked by the tests against tiny models built from transformers' own configs:
 """
 
 from __future__ import annotations
+from ..errors import CFTasksError
 
 # model_type -> (LoRA target module names, fused q/k/v layout or None)
 QK_TARGETS: dict[str, tuple[tuple[str, ...], str | None]] = {
@@ -33,8 +34,10 @@ QK_TARGETS: dict[str, tuple[tuple[str, ...], str | None]] = {
 }
 
 
-class QKError(ValueError):
-    pass
+class QKError(CFTasksError, ValueError):
+    """A model type with no QK-only recipe (one line, exit 2)."""
+
+    exit_code = 2
 
 
 def _model_type(model_or_type) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from pathlib import Path
 
 from ..files import atomic_write, writable_dir
@@ -132,17 +131,3 @@ def compare(sources: list[str], target: Path, mixed_versions: bool = False) -> t
     table = [{"study": label, **r} for label, rows in studies for r in rows]
     atomic_write(target / TABLE, rows_to_csv(table, ("study", *SWEEP_COLUMNS)))
     return studies, drawn
-
-
-def cmd_compare(args) -> int:
-    from ..errors import UsageError
-
-    if not args.output_path:
-        raise UsageError("--compare needs --output_path DIR, the folder for compare.png and compare.csv")
-    try:
-        studies, _ = compare(args.outputs, Path(args.output_path), args.mixed_versions)
-    except SweepError as err:
-        raise UsageError(str(err)) from None
-    print(f"cf-tasks: {len(studies)} studies ({', '.join(label for label, _ in studies)}) drawn in {Path(args.output_path) / PLOT}",
-          file=sys.stderr)
-    return 0

@@ -5,11 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import CFTasksError
+
 LOCK_TIMEOUT = 6 * 3600.0  # a claim of another host older than this is taken over
 
 
-class SweepError(Exception):
+class SweepError(CFTasksError):
     """A problem with the whole sweep (no checkpoints, bad arguments): one line, exit 2."""
+
+    exit_code = 2
 
 
 @dataclass

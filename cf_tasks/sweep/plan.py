@@ -212,14 +212,15 @@ def check_task_names(names: list[str], tm) -> None:
                              "--include_path $(cf-tasks tasks-path)")
 
 
-def check_task_metadata(names: list[str], metadata: dict | None) -> None:
+def check_task_metadata(names: list[str], metadata: dict | None, values: bool = True) -> None:
     """``--metadata`` against the tasks of the run: a key no task reads is refused when every task
-    is ours (another package's task may read it)."""
+    is ours (another package's task may read it). ``values=False``: its values were checked already
+    (``check_arguments``, ``cf-tasks eval``), only its keys are."""
     from ..evaluate import needs_builtin_tasks
     from ..tasks import check_metadata
 
     try:
-        check_metadata(metadata, only_ours=bool(metadata) and not needs_builtin_tasks(names))
+        check_metadata(metadata, only_ours=bool(metadata) and not needs_builtin_tasks(names), values=values)
     except ValueError as err:
         raise SweepError(str(err)) from None
 
@@ -255,7 +256,7 @@ def task_settings(cfg: SweepConfig, tm, model_args: dict | None = None) -> dict[
     and the dataset otherwise). ``model_args``: the sweep's (``sweep_model_args(cfg)`` when not given)."""
     known = set(tm.task_index)
     check_task_names(cfg.tasks, tm)
-    check_task_metadata(cfg.tasks, cfg.metadata)
+    check_task_metadata(cfg.tasks, cfg.metadata, values=False)  # check_arguments read its values
     if model_args is None:
         model_args = sweep_model_args(cfg)  # dtype, device, ...: every one can move a number
     settings = {}

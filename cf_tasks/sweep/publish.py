@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-import tempfile
 from pathlib import Path
 
-from ..files import atomic_write, writable_dir
+from ..files import atomic_write
 from . import store
 from .config import SweepError
 from .stats import ITEM_COLUMNS, item_rows
@@ -142,46 +140,3 @@ def upload_folder(out: Path, repo_id: str, token: str, private: bool, revision: 
                                  commit_message="cf-tasks: publish sweep results")
     except OSError as err:
         raise hub_error("upload to", repo_id, err, token) from None
-
-
-def cmd_publish_results(args) -> int:
-    """``cf-tasks publish --results SWEEP_OUT --repo_id ORG/NAME [--dry_run --output_path DIR]``."""
-    from .. import hub
-    from ..errors import UsageError
-
-    results = Path(args.results)
-    token = None
-    try:
-        hub.check_repo_id(args.repo_id)
-        if not results.is_dir() or not (results / "sweep.csv").is_file():
-            raise hub.PublishError(f"--results {results}: not a sweep output folder (no sweep.csv); pass the "
-                                   "--output_path of a cf-tasks sweep or report")
-        if args.dry_run and not args.out:
-            raise hub.PublishError("--dry_run needs --output_path DIR, the folder to write the repository to")
-        if not args.dry_run:
-            from huggingface_hub import constants
-
-            if constants.HF_HUB_OFFLINE:
-                raise hub.PublishError("the Hugging Face Hub is switched off (HF_HUB_OFFLINE is set); unset it to "
-                                       "publish, or write the folder with --dry_run --output_path DIR")
-            token = hub.get_token()
-        target = writable_dir(args.out) if args.dry_run else None
-    except hub.PublishError as err:
-        raise UsageError(str(err)) from None
-    try:
-        with tempfile.TemporaryDirectory(prefix="cf-tasks-publish-") as tmp:
-            counts = export_results(results, Path(tmp), args.repo_id)
-            if args.dry_run:
-                for f in sorted(Path(tmp).iterdir()):  # each file whole: temp then rename
-                    atomic_write(target / f.name, f.read_bytes())
-                where = str(target)
-            else:
-                commit = upload_folder(Path(tmp), args.repo_id, token, args.private, args.revision)
-                where = f"https://huggingface.co/datasets/{args.repo_id} ({getattr(commit, 'oid', '?')})"
-    except hub.PublishError as err:
-        raise UsageError(hub.redact(str(err), token)) from None
-    except SweepError as err:
-        raise UsageError(str(err)) from None
-    if not args.quiet:
-        print(", ".join(f"{name} {n} rows" for name, n in counts.items()) + f" -> {where}", file=sys.stderr)
-    return 0

@@ -21,6 +21,8 @@ from lm_eval.api.model import LM
 SCORER_KEY = "scorer_version"
 
 
+# Not a CFTasksError (cf_tasks.errors): control flow, caught by the sweep (which then runs the
+# model instead); it never reaches the user.
 class NotReplayable(ValueError):
     """A request with no stored response (another item, task or request than the stored run's)."""
 

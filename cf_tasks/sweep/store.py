@@ -432,6 +432,8 @@ def read_failures(out: Path) -> list[dict]:
 
 
 # ---------------------------------------------------------------- locks
+# Not a CFTasksError (cf_tasks.errors): an internal signal that a lock is taken, not an error
+# message for the user.
 class Busy(Exception):
     """Another live process holds the lock."""
 

@@ -16,6 +16,7 @@ import re
 from functools import cached_property
 from pathlib import Path
 
+from ..errors import CFTasksError
 from ..files import atomic_write
 
 DEFAULT_PROJECT = "cf-tasks"
@@ -23,8 +24,10 @@ STEP_METRIC = "train/global_step"  # transformers' W&B integration's step axis: 
 SUMMARY_TAG = "cf_tasks/summary"
 
 
-class TrackerError(ValueError):
-    """A bad --report_to or --report_args: one line naming the flag and the fix."""
+class TrackerError(CFTasksError, ValueError):
+    """A bad --report_to or --report_args: one line naming the flag and the fix, exit 2."""
+
+    exit_code = 2
 
 
 def _digest(text: str, n: int = 16) -> str:
