@@ -12,7 +12,7 @@ the class keeps that base too (``class TrackerError(CFTasksError, ValueError)``)
 these as they are: there is no converting them by hand.
 
 Outside the family, on purpose: exceptions that steer the code and are caught inside it
-(``sweep.store.Busy``, ``sweep.rescore.NotReplayable``), and the dataset builders' own errors
+(``sweep.rescore.NotReplayable``), and the dataset builders' own errors
 (``dataset_builders``), which ``cf-tasks build`` turns into a ``UsageError`` with the fix added.
 ``tests/test_errors.py`` checks that every other exception class of ``cf_tasks`` is in the family.
 """

@@ -16,7 +16,6 @@ from cf_tasks.errors import CFTasksError, RunError, UsageError
 
 # Exceptions that steer the code and are caught inside it: no message for the user, so outside the family.
 INTERNAL = {
-    "cf_tasks.sweep.store.Busy": "a lock that another live process holds; the caller waits or moves on",
     "cf_tasks.sweep.rescore.NotReplayable": "caught by the sweep, which then evaluates the checkpoint again",
 }
 
@@ -36,6 +35,7 @@ EXIT_CODES = {
     "cf_tasks.mitigations.filter.FilterRunError": 1,
     "cf_tasks.trackers.backends.TrackerError": 2,
     "cf_tasks.checkpoints.CheckpointError": 1,
+    "cf_tasks.sweep.store.Busy": 1,
 }
 
 
@@ -120,3 +120,20 @@ def test_any_other_exception_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, _command(KeyError("a bug"))))
     with pytest.raises(KeyError):
         cli.main(["boom"])
+
+
+def test_views_held_past_the_wait_are_one_line_that_says_what_to_run(tmp_path, monkeypatch):
+    from unittest import mock
+
+    from cf_tasks.sweep import store
+
+    with mock.patch.object(store, "try_lock", autospec=True, return_value=False) as held:
+        monkeypatch.setattr(store, "VIEWS_LOCK_TIMEOUT", 0.01)
+        with pytest.raises(store.Busy) as err:
+            with store.views_lock(tmp_path, wait=0.01):
+                pass
+        assert held.call_count >= 1
+    message = str(err.value)
+    assert "\n" not in message and "views.lock" in message
+    assert message.endswith(f"run `cf-tasks report {tmp_path}` once it has finished")
+    assert isinstance(err.value, RunError) and err.value.exit_code == 1

@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import RunError
 from ..checkpoints import DIGEST, NOT_MODEL_FILES, file_digest, folder_identity  # noqa: F401  (the content ids)
 from ..files import HOST, atomic_write, tmp_name, tmp_owner
 from ..results import RESULT_KEYS_BY_TASK, group_members
@@ -432,10 +433,9 @@ def read_failures(out: Path) -> list[dict]:
 
 
 # ---------------------------------------------------------------- locks
-# Not a CFTasksError (cf_tasks.errors): an internal signal that a lock is taken, not an error
-# message for the user.
-class Busy(Exception):
-    """Another live process holds the lock."""
+class Busy(RunError):
+    """Another live process held the lock for longer than the wait (exit 1, one line: what to run
+    once it has finished; every stored result stays)."""
 
 
 def _boot_id() -> str:
@@ -573,7 +573,8 @@ def views_lock(out: Path, wait: float = VIEWS_LOCK_TIMEOUT) -> Iterator[None]:
     deadline = time.monotonic() + wait
     while not try_lock(path, timeout=wait):
         if time.monotonic() > deadline:
-            raise Busy(f"{path}: held for over {wait:.0f} s")
+            raise Busy(f"{path}: another process has been rebuilding the views for over {wait:.0f} s; every "
+                       f"result is stored: run `cf-tasks report {Path(out)}` once it has finished")
         time.sleep(0.05)
     try:
         yield
