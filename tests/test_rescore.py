@@ -114,6 +114,9 @@ def test_the_plot_says_run_limit_n_and_what_the_error_bars_are(swept):
     assert f"run {swept.run_dir.name}" in caption and "--limit 3" in caption
     assert "error bars: 95% Wilson interval over the n items" in caption
     assert _n_text(rows, TASK, "counterfactual_acc") == "n=3"
+    mixed = rows + [{**r, "task": "cf_world_facts", "limit": None} for r in rows]
+    mixed += [{**r, "task": "cf_world_facts_agree", "limit": None} for r in rows]
+    assert f"--limit 3 ({TASK}), none (cf_world_facts); " in _caption(mixed)  # which task ran at which limit
 
 
 def test_rescoring_with_unchanged_rules_reproduces_every_number(swept, tmp_path):

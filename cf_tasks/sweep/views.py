@@ -261,7 +261,15 @@ def _caption(rows: list[dict]) -> str:
     """What the figure shows: the model or run, --limit, and what the error bars are."""
     runs = sorted(set(run_labels({r.get("run") or "" for r in rows}).values()))
     models = sorted({Path(str(r.get("model") or "?")).name for r in rows if r.get("step") is not None})
-    limits = sorted({"none" if r.get("limit") in (None, "") else f"{float(r['limit']):g}" for r in rows})
+    by_limit: dict[str, set] = {}
+    for r in rows:
+        limit = "none" if r.get("limit") in (None, "") else f"{float(r['limit']):g}"
+        by_limit.setdefault(limit, set()).add(str(r.get("task") or "?"))
+    if len(by_limit) > 1:  # say which tasks ran at which limit (the twins go with their task)
+        limits = [f"{lim} ({', '.join(sorted(t for t in tasks if not t.endswith('_agree')) or sorted(tasks))})"
+                  for lim, tasks in sorted(by_limit.items())]
+    else:
+        limits = sorted(by_limit)
     what = f"run {', '.join(runs)}" if len(runs) <= 2 else f"{len(runs)} runs"
     if len(models) == 1 and models[0] not in runs:
         what = f"model {models[0]}, {what}"
