@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cf_tasks.cli import main
-from cf_tasks.experiments import inject, inject_report
+from cf_tasks.experiments import inject, inject_report, study_folder
 
 QUICK = ["experiment", "inversion", "--quick"]
 
@@ -38,7 +38,7 @@ def test_study_writes_every_part(study):
     groups = inject.load_groups(study)
     assert {len(groups["T"]), len(groups["N"])} == {6, 3}
     assert not {p["fact_id"] for p in groups["T"]} & {p["fact_id"] for p in groups["E"] + groups["N"]}
-    base = {r["fact_id"]: r for r in inject.read_jsonl(study / "data" / "base_known.jsonl")}
+    base = {r["fact_id"]: r for r in study_folder.read_jsonl(study / "data" / "base_known.jsonl")}
     assert all(not base[p["fact_id"]]["known"] for g in groups.values() for p in g)  # unknown facts only
     for run in ("cs_heavy-seed0", "c_only-seed0"):
         rows = _csv(study / "runs" / run / "measure.csv")
@@ -48,7 +48,7 @@ def test_study_writes_every_part(study):
         assert all(r["mc"] and r["known"] in ("0", "1") for r in rows)
         assert sorted(p.name for p in (study / "runs" / run).glob("checkpoint-*")) == ["checkpoint-0", "checkpoint-4"]
         assert not (study / "runs" / run / "state").exists()
-    mix = inject.read_jsonl(study / "data" / "mix_cs_heavy.jsonl")
+    mix = study_folder.read_jsonl(study / "data" / "mix_cs_heavy.jsonl")
     kinds = {k: sum(p["kind"] == k for p in mix) for k in ("C", "CS", "S")}
     assert kinds == {"C": 2, "CS": 6, "S": 2}  # C+S : C = 3 : 1, plus S points of T
 

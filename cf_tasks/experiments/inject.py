@@ -39,8 +39,8 @@ from pathlib import Path
 from ..errors import CFTasksError
 from ..files import atomic_write, tmp_name
 from ..results import rows_to_csv
-from .inversion import (StudyError, batches, claim_study_folder, generation_prompt, greedy_answers, is_known,
-                        kind_counts, load_model, per_example_loss, read_jsonl, settings_of, store_json, write_jsonl)
+from .lm import batches, generation_prompt, greedy_answers, is_known, kind_counts, load_model, per_example_loss
+from .study_folder import StudyError, claim_study_folder, read_jsonl, settings_of, store_json, write_jsonl
 
 ARMS = {
     "cs_heavy": "C+S : C = 3 : 1 plus closed-book S points of the injected training facts",
@@ -339,7 +339,7 @@ def measure_facts(model, tokenizer, groups: dict[str, list[dict]], run: str, ste
 
 
 def loss_rows(model, tokenizer, probe: list[dict], run: str, step: int) -> list[dict]:
-    from .inversion import mean_loss_by_kind
+    from .lm import mean_loss_by_kind
 
     model.eval()
     return [{"run": run, "step": step, "split": "probe", "kind": k, "loss": round(loss, 6), "n": n}
