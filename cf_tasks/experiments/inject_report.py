@@ -60,7 +60,7 @@ def _json(value) -> bytes:
 
 def collect(out: Path, target: Path) -> None:
     """The study's measurements, as plain files in ``target``."""
-    from .inject import LOSS_COLUMNS, MEASURE_COLUMNS
+    from .inject_measure import LOSS_COLUMNS, MEASURE_COLUMNS
 
     out, target = Path(out), Path(target)
     target.mkdir(parents=True, exist_ok=True)
