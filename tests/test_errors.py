@@ -25,7 +25,7 @@ EXIT_CODES = {
     "cf_tasks.errors.RunError": 1,
     "cf_tasks.hub.repo.PublishError": 2,
     "cf_tasks.sweep.config.SweepError": 2,
-    "cf_tasks.experiments.inversion.StudyError": 2,
+    "cf_tasks.experiments.study_folder.StudyError": 2,
     "cf_tasks.experiments.inject.GateFailed": 1,
     "cf_tasks.attention.AttentionError": 2,
     "cf_tasks.default_model.DefaultModelError": 2,

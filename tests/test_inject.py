@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cf_tasks.cli import main
-from cf_tasks.experiments import inject, inject_report
+from cf_tasks.experiments import inject, inject_facts, inject_report, lm, study_folder
 
 QUICK = ["experiment", "inversion", "--quick"]
 
@@ -35,10 +35,10 @@ def test_study_writes_every_part(study):
     assert json.loads((study / "config.json").read_text())["design"] == "inject"
     gate = json.loads((study / "phase_a" / "gate.json").read_text())
     assert set(gate["checks"]) == {"recall_T", "recall_E", "mc_E", "n_unchanged", "cs_condition"}
-    groups = inject.load_groups(study)
+    groups = inject_facts.load_groups(study)
     assert {len(groups["T"]), len(groups["N"])} == {6, 3}
     assert not {p["fact_id"] for p in groups["T"]} & {p["fact_id"] for p in groups["E"] + groups["N"]}
-    base = {r["fact_id"]: r for r in inject.read_jsonl(study / "data" / "base_known.jsonl")}
+    base = {r["fact_id"]: r for r in study_folder.read_jsonl(study / "data" / "base_known.jsonl")}
     assert all(not base[p["fact_id"]]["known"] for g in groups.values() for p in g)  # unknown facts only
     for run in ("cs_heavy-seed0", "c_only-seed0"):
         rows = _csv(study / "runs" / run / "measure.csv")
@@ -48,7 +48,7 @@ def test_study_writes_every_part(study):
         assert all(r["mc"] and r["known"] in ("0", "1") for r in rows)
         assert sorted(p.name for p in (study / "runs" / run).glob("checkpoint-*")) == ["checkpoint-0", "checkpoint-4"]
         assert not (study / "runs" / run / "state").exists()
-    mix = inject.read_jsonl(study / "data" / "mix_cs_heavy.jsonl")
+    mix = study_folder.read_jsonl(study / "data" / "mix_cs_heavy.jsonl")
     kinds = {k: sum(p["kind"] == k for p in mix) for k in ("C", "CS", "S")}
     assert kinds == {"C": 2, "CS": 6, "S": 2}  # C+S : C = 3 : 1, plus S points of T
 
@@ -61,10 +61,10 @@ def test_measured_mc_equals_a_direct_recomputation(study):
     folder = study / "runs" / "cs_heavy-seed0" / "checkpoint-4"
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(folder)
-    groups = inject.load_groups(study)
+    groups = inject_facts.load_groups(study)
     rows = {r["fact_id"]: r for r in _csv(study / "runs" / "cs_heavy-seed0" / "measure.csv") if r["step"] == "4"}
     for p in groups["E"][:3] + groups["N"][:1]:
-        prompt = inject.generation_prompt(tok, {"input": p["cf_input"], "instruction": p["instruction"]})
+        prompt = lm.generation_prompt(tok, {"input": p["cf_input"], "instruction": p["instruction"]})
         logp = {}
         for name, answer in (("context", p["cf_answer"]), ("memory", p["output"])):
             head = tok(prompt, add_special_tokens=False)["input_ids"]
@@ -262,7 +262,7 @@ def test_t_epochs_teaches_t_only_in_the_last_epochs_of_phase_a(study, tiny_model
         setattr(cfg, key, value)
     cfg.inject_min_epochs = cfg.inject_max_epochs = 3
     cfg.t_epochs = 1
-    t_ids = {p["fact_id"] for p in inject.load_groups(out)["T"]}
+    t_ids = {p["fact_id"] for p in inject_facts.load_groups(out)["T"]}
     seen, real_step = [], inject._step
 
     def recording_step(model, tokenizer, optimizer, batch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cf_tasks.cli import main
-from cf_tasks.experiments import inversion
+from cf_tasks.experiments import known_lora, lm, study_folder
 
 
 def _csv(path: Path) -> list[dict]:
@@ -31,7 +31,7 @@ def test_quick_study_saves_checkpoints_at_the_right_steps(study):
     assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["checkpoint-2", "checkpoint-4"]
     for step in (2, 4):
         config = json.loads((run / f"checkpoint-{step}" / "adapter_config.json").read_text())
-        assert sorted(config["target_modules"]) == sorted(inversion.ALL_LINEAR)
+        assert sorted(config["target_modules"]) == sorted(known_lora.ALL_LINEAR)
     assert not list((study / "runs").glob(".*"))  # no temp folder left
 
 
@@ -39,25 +39,25 @@ def test_loss_rows_equal_a_direct_recomputation(study, tiny_model):
     from peft import PeftModel
 
     rows = _csv(study / "runs" / "cs_heavy-seed0" / "loss.csv")
-    probe = inversion.read_jsonl(study / "data" / "loss_probe.jsonl")
+    probe = study_folder.read_jsonl(study / "data" / "loss_probe.jsonl")
     assert {p["kind"] for p in probe} == {"C", "CS", "S"}
     probe_rows = {(int(r["step"]), r["kind"]): float(r["loss"]) for r in rows if r["split"] == "probe"}
     assert sorted({s for s, _ in probe_rows}) == [0, 2, 4]
     # Step 0 is the base model; checkpoint-2 is the saved adapter on it.
-    model, tokenizer = inversion.load_model(tiny_model)
-    for kind, (loss, n) in inversion.mean_loss_by_kind(model, tokenizer, probe).items():
+    model, tokenizer = lm.load_model(tiny_model)
+    for kind, (loss, n) in lm.mean_loss_by_kind(model, tokenizer, probe).items():
         assert probe_rows[(0, kind)] == pytest.approx(loss, abs=1e-4)
     adapted = PeftModel.from_pretrained(model, study / "runs" / "cs_heavy-seed0" / "checkpoint-2")
     adapted.eval()
-    for kind, (loss, n) in inversion.mean_loss_by_kind(adapted, tokenizer, probe).items():
+    for kind, (loss, n) in lm.mean_loss_by_kind(adapted, tokenizer, probe).items():
         assert probe_rows[(2, kind)] == pytest.approx(loss, abs=1e-4)
     # Training moves the probe points' loss (the learning rate is high enough for something to happen).
     assert probe_rows[(4, "C")] != pytest.approx(probe_rows[(0, "C")], abs=1e-3)
     # The first batch's per-kind losses are those of the base model (LoRA starts at zero).
-    points = inversion.read_jsonl(study / "data" / "main.jsonl")
-    first = inversion.batches(points, 4, 4, seed=0)[0]
-    base, _ = inversion.load_model(tiny_model)
-    expected = inversion.mean_loss_by_kind(base, tokenizer, first)
+    points = study_folder.read_jsonl(study / "data" / "main.jsonl")
+    first = lm.batches(points, 4, 4, seed=0)[0]
+    base, _ = lm.load_model(tiny_model)
+    expected = lm.mean_loss_by_kind(base, tokenizer, first)
     train1 = {r["kind"]: (float(r["loss"]), int(r["n"])) for r in rows if r["split"] == "train" and r["step"] == "1"}
     assert set(train1) == set(expected)
     for kind, (loss, n) in expected.items():
@@ -79,7 +79,7 @@ def test_sweep_rows_for_every_checkpoint_and_task_on_held_out_items(study):
     assert samples
     subjects = {json.loads(line)["doc"]["subject"] for s in samples for line in s.read_text().splitlines()}
     assert subjects and all(split_of("cf_capitals", s) == "heldout" for s in subjects)
-    trained = {p["subject"] for p in inversion.read_jsonl(study / "data" / "main.jsonl")}
+    trained = {p["subject"] for p in study_folder.read_jsonl(study / "data" / "main.jsonl")}
     assert not subjects & trained
 
 
@@ -118,14 +118,14 @@ def test_knowledge_decision_uses_the_scorer():
         asked.extend(p["fact_id"] for p in ps)
         return [canned[p["fact_id"]] for p in ps]
 
-    known = inversion.decide_known(points, generate)
+    known = known_lora.decide_known(points, generate)
     assert asked == ["f1", "f2", "f3"]  # one question per fact
     assert {f: v["known"] for f, v in known.items()} == {"f1": True, "f2": False, "f3": False}
 
 
 def test_runs_order_puts_the_main_arm_first_and_its_second_seed_last(tmp_path):
-    cfg = inversion.StudyConfig(output_path=tmp_path, arms=("c_only", "cs_heavy", "qk_only"), seeds=(0, 1))
-    assert inversion.runs(cfg) == [("cs_heavy", 0), ("c_only", 0), ("qk_only", 0), ("cs_heavy", 1)]
+    cfg = known_lora.StudyConfig(output_path=tmp_path, arms=("c_only", "cs_heavy", "qk_only"), seeds=(0, 1))
+    assert known_lora.runs(cfg) == [("cs_heavy", 0), ("c_only", 0), ("qk_only", 0), ("cs_heavy", 1)]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -195,6 +195,6 @@ def test_a_moved_study_resumed_counts_each_result_once(study, tiny_model, tmp_pa
 def test_the_study_prompts_are_the_tasks_own(name, point):
     import jinja2
 
-    jinja = inversion.task_yaml(name)["doc_to_text"]
+    jinja = lm.task_yaml(name)["doc_to_text"]
     expected = jinja2.Template(jinja).render(context=point["input"], question=point["instruction"])
-    assert inversion.prompt_text(point) == expected
+    assert lm.prompt_text(point) == expected

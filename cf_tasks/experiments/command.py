@@ -1,7 +1,7 @@
 """``cf-tasks experiment inversion``: its arguments, checked before any model loads, and its two designs.
 
 ``--design inject`` (the default, ``inject.py``): knowledge injection, then full fine-tuning, with a
-gate that checks the theory's preconditions first. ``--design known_lora`` (``inversion.py``): LoRA
+gate that checks the theory's preconditions first. ``--design known_lora`` (``known_lora.py``): LoRA
 on the facts the base model already knows, the first design.
 """
 
@@ -85,23 +85,23 @@ def inject_config(args: argparse.Namespace):
 
 
 def lora_config(args: argparse.Namespace):
-    from . import inversion
+    from . import known_lora
 
     given = [k for k in INJECT_ONLY if getattr(args, k) is not None] + (["finish"] if args.finish else [])
     if given:
         raise UsageError(f"--{given[0]} applies to --design inject only; drop it or use --design inject")
-    cfg = inversion.StudyConfig(output_path=Path(args.output_path))
+    cfg = known_lora.StudyConfig(output_path=Path(args.output_path))
     if args.quick:
-        for key, value in inversion.QUICK.items():
+        for key, value in known_lora.QUICK.items():
             setattr(cfg, key, value)
-    _common(args, cfg, inversion.ARMS, inversion.TASKS)
+    _common(args, cfg, known_lora.ARMS, known_lora.TASKS)
     return cfg
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.output_path:
         raise UsageError("--output_path is empty; pass a study folder")
-    from .inversion import folder_design  # not at import: every cf-tasks command builds this parser
+    from .study_folder import folder_design  # not at import: every cf-tasks command builds this parser
 
     found = folder_design(args.output_path)
     if args.design is None:  # a study folder says which design it holds; a new one gets the default
@@ -112,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
     writable_dir(args.output_path)
     if args.design == "inject":
         return _run_inject(cfg)
-    from . import inversion
+    from . import known_lora
 
-    return _failed(inversion.run_study(cfg))
+    return _failed(known_lora.run_study(cfg))
 
 
 def _run_inject(cfg) -> int:
@@ -145,13 +145,13 @@ def report_only(args: argparse.Namespace, cfg) -> int:
         writable_dir(str(out if in_place else cfg.report_dir), "--report_path")
         build_report(cfg)
         return 0
-    from . import inversion
+    from .known_lora_report import build_report as build_lora_report
 
     if not (out / "runs").is_dir() and not (out / "sweeps").is_dir():
         raise UsageError(f"--report_only: {out} holds no study (no runs/ or sweeps/); "
                          "pass the --output_path of a study, or run the study first")
     writable_dir(str(cfg.report_dir), "--report_path")
-    inversion.build_report(cfg)
+    build_lora_report(cfg)
     return 0
 
 

@@ -6,10 +6,10 @@ subject predicts the answer better than the context (section 4.3, equation 7). A
 few facts, so its "known" facts act as C points and no fall is predicted. This design (the default of
 ``cf-tasks experiment inversion``) makes the precondition true before it looks for the outcome:
 
-1. **facts** (``OUT/data``): every candidate fact is asked closed-book of the base model (the
-   knowledge probe's generation and scorer). Among the facts it does not know: T (training-part
-   facts, to become C+S points), E (held-out facts of the evaluated tasks, the probe group) and N
-   (held-out facts never taught, the control group).
+1. **facts** (``OUT/data``; ``inject_facts``): every candidate fact is asked closed-book of the base
+   model (the knowledge probe's generation and scorer). Among the facts it does not know: T
+   (training-part facts, to become C+S points), E (held-out facts of the evaluated tasks, the probe
+   group) and N (held-out facts never taught, the control group).
 2. **inject** (``OUT/phase_a``): full fine-tuning on T and E closed-book until they are recalled,
    then a gate written to ``gate.json`` before anything else runs: recall on T and E, mean ``M_C``
    on E, N unchanged, and T's closed-book loss below the context-only loss of C points (equation 7).
@@ -18,8 +18,8 @@ few facts, so its "known" facts act as C points and no fall is predicted. This d
    (C+S : C = 3 : 1, plus closed-book S points of T) and ``c_only`` (the control: the theory
    predicts a rise and no fall). At every checkpoint, in the process: ``M_C`` (the paper's equation
    14, by log-likelihood of both answers under the counterfactual passage) and closed-book recall on
-   E, N and on T's own counterfactual items, and the loss of C, C+S and S points. Resumable: the
-   model and optimizer state are kept at the last checkpoint.
+   E, N and on T's own counterfactual items, and the loss of C, C+S and S points (``inject_measure``).
+   Resumable: the model and optimizer state are kept at the last checkpoint.
 4. **sweep** (``OUT/sweeps``): ``cf-tasks sweep`` of the saved checkpoints on the held-out items.
 
 The report (``inject_report``) reads only the CSVs these parts write.
@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import shutil
 import time
 from dataclasses import dataclass
@@ -39,21 +38,18 @@ from pathlib import Path
 from ..errors import CFTasksError
 from ..files import atomic_write, tmp_name
 from ..results import rows_to_csv
-from .inversion import (StudyError, batches, claim_study_folder, generation_prompt, greedy_answers, is_known,
-                        kind_counts, load_model, per_example_loss, read_jsonl, settings_of, store_json, write_jsonl)
+from .inject_facts import FAMILIES, GROUPS, choose_groups, closed_book, known_of, load_groups
+from .inject_measure import LOSS_COLUMNS, MEASURE_COLUMNS, MEASURED, loss_rows, measure_facts
+from .lm import batches, greedy_answers, kind_counts, load_model, per_example_loss
+from .study_folder import StudyError, claim_study_folder, read_jsonl, run_name, settings_of, store_json
 
 ARMS = {
     "cs_heavy": "C+S : C = 3 : 1 plus closed-book S points of the injected training facts",
     "c_only": "C points only (the control: a rise and no fall predicted)",
     "augmented": "the cs_heavy mix plus counterfactual points (section 6)",
 }
-FAMILIES = ("cf_capitals", "cf_world_facts")  # the held-out probe facts: tasks with counterfactual passages
 FULL_TASKS = ("cf_capitals",)  # swept on every held-out item; the other tasks on --limit items
-GROUPS = ("T", "E", "N")
 RECALLED = ("E", "N")  # the groups whose closed-book recall phase B measures at every checkpoint
-MEASURED = ("E", "N")  # the groups whose M_C is measured (T's counterfactual items are not the question)
-MEASURE_COLUMNS = ("run", "step", "group", "fact_id", "mc", "logp_context", "logp_memory", "known", "answer")
-LOSS_COLUMNS = ("run", "step", "split", "kind", "loss", "n")
 GATE_KEYS = ("gate_recall", "gate_mc", "gate_n_shift")
 
 
@@ -115,10 +111,6 @@ QUICK = dict(t_facts=6, n_facts=3, inject_min_epochs=1, inject_max_epochs=1, ste
              quick=True, gate_recall=0.0, gate_mc=1.0, gate_n_shift=1.0, gate_cs=False)
 
 
-def run_name(arm: str, seed: int) -> str:
-    return f"{arm}-seed{seed}"
-
-
 # ------------------------------------------------------------------------------------ checks
 
 def check_config(cfg: InjectConfig) -> None:
@@ -153,197 +145,6 @@ def check_config(cfg: InjectConfig) -> None:
 def claim_folder(cfg: InjectConfig, model_id: str) -> None:
     """Write the study's settings record, or refuse a folder made with other settings (exit 2)."""
     claim_study_folder(Path(cfg.output_path), {"design": "inject", "model_id": model_id, **cfg.settings()})
-
-
-# ------------------------------------------------------------------------------------- facts
-
-def _closed_book(point: dict) -> dict:
-    return {**point, "kind": "S", "input": ""}
-
-
-def candidate_facts(seed: int | None = None) -> dict[str, list[dict]]:
-    """Candidates per part: ``train`` (S points of the training part, with their CS twin and a
-    counterfactual item) and ``heldout`` (one counterfactual item per held-out fact, as a point)."""
-    from dataset_builders import DEFAULT_SEED
-    from dataset_builders.split import split_of
-    from dataset_builders.training import counterfactual_points, fact_id, training_points
-    from dataset_builders.validate import build_validated
-
-    seed = DEFAULT_SEED if seed is None else seed
-    cs = {p["fact_id"]: p for p in training_points("CS", seed) if p["family"] in FAMILIES}
-    cf_train: dict[str, dict] = {}
-    for p in counterfactual_points(seed, FAMILIES):
-        cf_train.setdefault(p["fact_id"], p)
-    train = []
-    for s in training_points("S", seed):
-        if s["family"] in FAMILIES and s["fact_id"] in cs and s["fact_id"] in cf_train:
-            cf = cf_train[s["fact_id"]]
-            train.append({**s, "cs": cs[s["fact_id"]], "cf_input": cf["input"], "cf_answer": cf["output"],
-                          "cf_aliases": cf["answer_aliases"]})
-    heldout = []
-    for family in FAMILIES:
-        seen = set()
-        for item in sorted(build_validated(family, seed), key=lambda i: i.id):
-            fid = fact_id(family, item)
-            if split_of(family, item.subject) != "heldout" or fid in seen:
-                continue
-            seen.add(fid)
-            heldout.append({"id": f"E-{fid.replace('/', '-')}", "kind": "S", "dataset": family, "family": family,
-                            "relation": item.relation, "subject": item.subject, "instruction": item.question,
-                            "input": "", "output": item.parametric_answer,
-                            "answer_aliases": list(item.parametric_aliases), "fact_id": fid,
-                            "cf_input": item.context, "cf_answer": item.counterfactual_answer,
-                            "cf_aliases": list(item.counterfactual_aliases)})
-    return {"train": train, "heldout": heldout}
-
-
-def known_of(point: dict, answer: str) -> bool:
-    return is_known(answer, {**point, "counterfactual_answer": point["cf_answer"],
-                             "counterfactual_aliases": point["cf_aliases"]})
-
-
-def choose_groups(cfg: InjectConfig, base: Path, log=print) -> dict:
-    """T, E and N from the facts the base model does not know closed-book (``OUT/data``)."""
-    data = Path(cfg.output_path) / "data"
-    groups_path = data / "groups.json"
-    if groups_path.is_file():
-        return json.loads(groups_path.read_text())
-    data.mkdir(parents=True, exist_ok=True)
-    cands = candidate_facts()
-    if cfg.quick:
-        cands = {part: pts[:4 * (cfg.t_facts + cfg.n_facts)] for part, pts in cands.items()}
-    base_path = data / "base_known.jsonl"
-    if base_path.is_file():
-        answers = {r["fact_id"]: r for r in read_jsonl(base_path)}
-    else:
-        model, tokenizer = load_model(base)
-        everything = cands["train"] + cands["heldout"]
-        said = greedy_answers(model, tokenizer, everything, log=log)
-        answers = {p["fact_id"]: {"fact_id": p["fact_id"], "answer": a, "known": known_of(p, a)}
-                   for p, a in zip(everything, said)}
-        write_jsonl(base_path, answers.values())
-    rng = random.Random(cfg.data_seed)
-    unknown_train = [p for p in cands["train"] if not answers[p["fact_id"]]["known"]]
-    unknown_held = [p for p in cands["heldout"] if not answers[p["fact_id"]]["known"]]
-    t = rng.sample(unknown_train, min(cfg.t_facts, len(unknown_train)))
-    n = rng.sample(unknown_held, min(cfg.n_facts, len(unknown_held) // 2))
-    n_ids = {p["fact_id"] for p in n}
-    e = [p for p in unknown_held if p["fact_id"] not in n_ids]
-    groups = {"T": t, "E": e, "N": n}
-    for name, pts in groups.items():
-        write_jsonl(data / f"{name}.jsonl", pts)
-    counts = {"candidates": {k: len(v) for k, v in cands.items()},
-              "known_at_base": {k: sum(answers[p["fact_id"]]["known"] for p in v) for k, v in cands.items()},
-              "groups": {k: len(v) for k, v in groups.items()}}
-    write_mixes(cfg, groups, data)
-    store_json(groups_path, counts)
-    return counts
-
-
-def write_mixes(cfg: InjectConfig, groups: dict[str, list[dict]], data: Path) -> None:
-    """Phase A's points (T and E closed-book) and each arm's mix, all drawn with ``data_seed``."""
-    from dataset_builders.training import training_points
-
-    rng = random.Random(f"{cfg.data_seed}:mixes")
-    t = groups["T"]
-    write_jsonl(data / "inject.jsonl", [_closed_book(p) for p in t + groups["E"]])
-    c_pool = [p for p in training_points("C") if p["family"] in FAMILIES]
-    n_c = round(len(t) * cfg.c_share / (1 - cfg.c_share))
-    n_s = round(len(t) * cfg.s_share)
-    c_points = rng.sample(c_pool, min(n_c, len(c_pool)))
-    s_points = [_closed_book(p) for p in rng.sample(t, min(n_s, len(t)))]
-    cs_points = [p["cs"] for p in t]
-    heavy = c_points + cs_points + s_points
-    rng.shuffle(heavy)
-    rest_c = [p for p in c_pool if p["id"] not in {q["id"] for q in c_points}]
-    c_only = c_points + rng.sample(rest_c, min(len(heavy) - len(c_points), len(rest_c)))
-    rng.shuffle(c_only)
-    cf_points = [{**p, "kind": "CF", "input": p["cf_input"], "output": p["cf_answer"],
-                  "answer_aliases": p["cf_aliases"]} for p in rng.sample(t, min(n_c, len(t)))]
-    augmented = heavy + cf_points
-    rng.shuffle(augmented)
-    for name, mix in (("cs_heavy", heavy), ("c_only", c_only), ("augmented", augmented)):
-        write_jsonl(data / f"mix_{name}.jsonl", [_strip(p) for p in mix])
-    probe = (rng.sample(c_points, min(cfg.loss_probe, len(c_points)))
-             + rng.sample(cs_points, min(cfg.loss_probe, len(cs_points)))
-             + [_closed_book(p) for p in rng.sample(t, min(cfg.loss_probe, len(t)))])
-    write_jsonl(data / "loss_probe.jsonl", [_strip(p) for p in probe])
-
-
-def _strip(point: dict) -> dict:
-    keep = ("id", "kind", "dataset", "family", "relation", "subject", "instruction", "input", "output",
-            "answer_aliases", "fact_id")
-    return {k: point[k] for k in keep if k in point}
-
-
-def load_groups(out: Path) -> dict[str, list[dict]]:
-    return {g: read_jsonl(Path(out) / "data" / f"{g}.jsonl") for g in GROUPS}
-
-
-# ------------------------------------------------------------------------------- measurements
-
-def answer_logprobs(model, tokenizer, prompts: list[str], answers: list[list[str]]) -> list[list[float]]:
-    """The summed log-probability of each of a prompt's answers after it (the prompt already
-    rendered): one forward pass per prompt, its cache cut back after each answer."""
-    import torch
-
-    out: list[list[float]] = []
-    for prompt, options in zip(prompts, answers):
-        head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            first = model(input_ids=torch.tensor([head]), use_cache=True)
-        cache, last = first.past_key_values, torch.log_softmax(first.logits[0, -1].float(), dim=-1)
-        scores = []
-        for answer in options:
-            tail = tokenizer(answer if prompt.endswith((" ", "\n")) else " " + answer,
-                             add_special_tokens=False)["input_ids"]
-            total = float(last[tail[0]])
-            if len(tail) > 1:
-                with torch.no_grad():
-                    logits = model(input_ids=torch.tensor([tail[:-1]]), past_key_values=cache, use_cache=True).logits
-                logp = torch.log_softmax(logits[0].float(), dim=-1)
-                total += float(logp[torch.arange(len(tail) - 1), torch.tensor(tail[1:])].sum())
-                cache.crop(1 - len(tail))  # drop the answer's tokens: the prompt's cache serves the next answer
-            scores.append(total)
-        out.append(scores)
-    return out
-
-
-def measure_facts(model, tokenizer, groups: dict[str, list[dict]], run: str, step: int, max_new_tokens: int,
-                  said: dict[str, str] | None = None, recall_groups: tuple[str, ...] = GROUPS,
-                  mc_groups: tuple[str, ...] = MEASURED) -> list[dict]:
-    """One row per fact of the groups measured: ``M_C`` under its counterfactual passage for the
-    facts of ``mc_groups``, closed-book recall for those of ``recall_groups`` ("" where a figure is
-    not measured; ``said``: the closed-book answers by fact id, when they are known already)."""
-    model.eval()
-    facts = [(g, p) for g in GROUPS if g in mc_groups or g in recall_groups for p in groups[g]]
-    scored = [(g, p) for g, p in facts if g in mc_groups]
-    prompts = [generation_prompt(tokenizer, {"input": p["cf_input"], "instruction": p["instruction"]})
-               for _, p in scored]
-    pairs = dict(zip((p["fact_id"] for _, p in scored),
-                     answer_logprobs(model, tokenizer, prompts, [[p["cf_answer"], p["output"]] for _, p in scored])))
-    if said is None:
-        asked = [p for g, p in facts if g in recall_groups]
-        said = dict(zip((p["fact_id"] for p in asked),
-                        greedy_answers(model, tokenizer, [_closed_book(p) for p in asked], log=lambda *a, **k: None,
-                                       max_new_tokens=max_new_tokens)))
-    rows = []
-    for g, p in facts:
-        a = said.get(p["fact_id"]) if g in recall_groups else None
-        c, m = pairs.get(p["fact_id"], (None, None))
-        rows.append({"run": run, "step": step, "group": g, "fact_id": p["fact_id"],
-                     "mc": "" if c is None else round(1.0 / (1.0 + math.exp(m - c)), 6),
-                     "logp_context": "" if c is None else round(c, 4), "logp_memory": "" if m is None else round(m, 4),
-                     "known": "" if a is None else int(known_of(p, a)), "answer": "" if a is None else a.strip()})
-    return rows
-
-
-def loss_rows(model, tokenizer, probe: list[dict], run: str, step: int) -> list[dict]:
-    from .inversion import mean_loss_by_kind
-
-    model.eval()
-    return [{"run": run, "step": step, "split": "probe", "kind": k, "loss": round(loss, 6), "n": n}
-            for k, (loss, n) in sorted(mean_loss_by_kind(model, tokenizer, probe).items())]
 
 
 # ------------------------------------------------------------------------------------- training
@@ -405,7 +206,7 @@ def inject(cfg: InjectConfig, base: Path, log=print) -> Path:
         row = {"epoch": epoch, "steps": steps, "loss": round(sum(losses) / len(losses), 6), "recall": ""}
         if epoch >= cfg.inject_min_epochs and (epoch - cfg.inject_min_epochs) % 2 == 0:
             model.eval()
-            said = greedy_answers(model, tokenizer, [_closed_book(p) for p in taught], log=lambda *a, **k: None,
+            said = greedy_answers(model, tokenizer, [closed_book(p) for p in taught], log=lambda *a, **k: None,
                                   max_new_tokens=cfg.max_new_tokens)
             recall = sum(known_of(p, a) for p, a in zip(taught, said)) / max(1, len(taught))
             row["recall"] = round(recall, 4)

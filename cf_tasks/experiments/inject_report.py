@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..files import atomic_write
 from ..results import rows_to_csv
-from .inversion import fmt_number, folder_design, md_table, read_csv, read_jsonl, save_fig
+from .study_folder import fmt_number, folder_design, md_table, read_csv, read_jsonl, save_fig
 
 RAW = ("measure.csv", "loss.csv", "gate.json", "epochs.csv", "data.csv", "runs.csv", "sweep.csv",
        "sweep_summary.csv", "settings.json")
@@ -60,7 +60,7 @@ def _json(value) -> bytes:
 
 def collect(out: Path, target: Path) -> None:
     """The study's measurements, as plain files in ``target``."""
-    from .inject import LOSS_COLUMNS, MEASURE_COLUMNS
+    from .inject_measure import LOSS_COLUMNS, MEASURE_COLUMNS
 
     out, target = Path(out), Path(target)
     target.mkdir(parents=True, exist_ok=True)
