@@ -728,13 +728,14 @@ def test_case8_concurrent_plots_use_their_own_temp_names(tmp_path):
 def test_an_interrupt_at_each_stage_resumes_to_the_uninterrupted_csv(run_dir, tmp_path, monkeypatch, stage):
     import cf_tasks.evaluate as evaluate
     import cf_tasks.sweep.plan as sweep
+    from cf_tasks.sweep import locks as sweep_locks
     from cf_tasks.sweep import store as sweep_store
 
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
     reference = tmp_path / "reference"
     cfg = dict(run_dir=run, tasks=["cf_capitals_mc"], limit=2)
     assert run_sweep(SweepConfig(output_path=reference, **cfg), **QUIET) == 0
-    target = {"claim": (sweep_store, "try_lock"), "evaluate": (evaluate, "run_lm_eval"),
+    target = {"claim": (sweep_locks, "try_lock"), "evaluate": (evaluate, "run_lm_eval"),
               "write": (sweep_store, "write_json"), "views": (sweep, "rebuild_views")}[stage]
     real = getattr(*target)
     calls = [0]
@@ -776,7 +777,7 @@ def test_a_stale_claim_is_taken_over_and_a_live_one_is_not(tmp_path):
     import socket
     import time
 
-    from cf_tasks.sweep.store import try_lock, unlock
+    from cf_tasks.sweep.locks import try_lock, unlock
 
     lock = tmp_path / "claims" / "x.lock"
     lock.parent.mkdir()

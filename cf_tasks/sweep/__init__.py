@@ -12,7 +12,8 @@ settings, written once; any number of processes may share the folder. ``sweep.cs
 ``sweep.json`` (one row per checkpoint x task x metric x settings), ``checkpoints/<name>/``,
 ``inversion.png`` and ``manifest.json`` are views rebuilt from the store.
 
-One module per job: ``plan`` (checks, settings, the loop), ``store`` (results, claims, temp files),
+One module per job: ``plan`` (checks, settings, the loop), ``store`` (results, temp files), ``locks``
+(claims, the views lock),
 ``views`` (tables, plot, summary, ``report``), ``stats`` (paired tests across checkpoints, items.csv),
 ``rescore`` (results rescored from their stored samples after a scorer change, no model loaded),
 ``hf`` and ``vllm`` (the backends), ``model_args`` (``--model_args``: checks, defaults, the checkpoint's

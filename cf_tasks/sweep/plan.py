@@ -21,10 +21,10 @@ from ..checkpoints import (
     NAME_FORMS, Checkpoint, CheckpointError, check_weights, discover, model_exists, settled, skipped, step_of,
 )
 from ..evaluate import quiet_upstream
-from ..files import write_failure
+from ..files import HOST, write_failure
 from ..known import agree_twin, probe_for
 from ..scoring import SCORER_VERSION
-from . import store, upstream
+from . import locks, store, upstream
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
 from .rescore import NotReplayable, rescore, source_for
@@ -302,7 +302,7 @@ def _scored_by_cf_tasks(task) -> bool:
 
 def _result_record(cid: str, task: str, settings: dict, hashes: dict, seconds: float, place: dict, **extra) -> dict:
     return {"id": cid, "task": task, "settings": settings[task], "settings_hash": hashes[task],
-            "seconds": round(seconds, 3), "finished": time.time(), "scored_at": place, "host": store.HOST,
+            "seconds": round(seconds, 3), "finished": time.time(), "scored_at": place, "host": HOST,
             "pid": os.getpid(), **extra}
 
 
@@ -615,8 +615,8 @@ class SweepRun:
         when another process holds its claim (it scores it now)."""
         out = self.out
         error = check_weights(c) if c.kind != "base" else None
-        lock = store.claim_path(out, cid, self.claim_key)
-        if error is None and not store.try_lock(lock, self.cfg.lock_timeout):
+        lock = locks.claim_path(out, cid, self.claim_key)
+        if error is None and not locks.try_lock(lock, self.cfg.lock_timeout):
             self.backend.finished(c)
             return False
         try:
@@ -627,7 +627,7 @@ class SweepRun:
                     with self.timings.phase("results into the store"):
                         self.store_results(place, cid, tasks, results, seconds)
         finally:
-            store.unlock(lock)
+            locks.unlock(lock)
             if self.backend is not None:
                 self.backend.finished(c)
         if error:
@@ -699,7 +699,7 @@ class SweepRun:
         the count last said."""
         if waiting != busy and not self.cfg.quiet:
             self.log(f"cf-tasks: waiting for {busy} checkpoint(s) that another process is scoring (claims in "
-                     f"{self.out / store.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
+                     f"{self.out / locks.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
         with self.timings.phase("waiting for others"):
             time.sleep(min(self.cfg.poll_interval, 2.0))
         return busy
