@@ -59,25 +59,25 @@ def main() -> None:
 
     from cf_tasks.cli import main as cli_main
     from cf_tasks.default_model import default_model_path
-    from cf_tasks.mitigations import filter as filt
+    from cf_tasks.mitigations import filter_input, filter_scoring
 
     model_path = args.model or str(default_model_path())
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = filt.resolve_dtype("auto", device)
+    dtype = filter_scoring.resolve_dtype("auto", device)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows = alpaca_examples(args.examples)
-    examples = [filt.parse_example(r, i + 1, "alpaca", None, "bench") for i, r in enumerate(rows)]
+    examples = [filter_input.parse_example(r, i + 1, "alpaca", None, "bench") for i, r in enumerate(rows)]
     tok = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    sequences = [filt.render(tok, e, w) for e in examples for w in (True, False)]
+    sequences = [filter_input.render(tok, e, w) for e in examples for w in (True, False)]
     tokens = sum(len(ids) for ids, _ in sequences)
 
     def sync():
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    filt.score_batch(model, sequences[:2], pad_id)  # warm-up
+    filter_scoring.score_batch(model, sequences[:2], pad_id)  # warm-up
     step = 2 * args.batch_size
 
     def run_batched() -> tuple[float, list[float]]:
@@ -85,7 +85,7 @@ def main() -> None:
         start = time.perf_counter()
         losses = []
         for i in range(0, len(sequences), step):
-            losses += filt.score_batch(model, sequences[i: i + step], pad_id)
+            losses += filter_scoring.score_batch(model, sequences[i: i + step], pad_id)
         sync()
         return time.perf_counter() - start, losses
 

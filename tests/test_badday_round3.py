@@ -109,7 +109,7 @@ def test_eval_with_a_refused_hub_repo_is_one_line_before_any_model(capsys, metad
 def test_the_sweeps_refused_hub_repo_message_has_no_offline_prefix(monkeypatch):
     from cf_tasks.hub import PublishError
     from cf_tasks.sweep import SweepError
-    from cf_tasks.sweep.plan import load_task
+    from cf_tasks.sweep.checks import load_task
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tm = mock.Mock(spec=["load", "task_index"])
@@ -173,7 +173,7 @@ def test_adapters_without_a_base_are_refused_early_naming_base(base, tmp_path, c
 @pytest.mark.parametrize("how", ["shard beyond the checkpoints", "watch stopped before the first save"])
 def test_a_sweep_that_selects_no_checkpoint_leaves_a_usable_folder(base, tmp_path, how):
     from cf_tasks.sweep import SweepConfig, run_sweep
-    from cf_tasks.sweep.plan import check_arguments
+    from cf_tasks.sweep.checks import check_arguments
     from tiny_model import build_full_checkpoint
 
     run, out = tmp_path / "run", tmp_path / "out"

@@ -122,9 +122,9 @@ EVAL_ERRORS = [
 @pytest.mark.parametrize(("argv", "expected"), EVAL_ERRORS, ids=[" ".join(c[0]) for c in EVAL_ERRORS])
 def test_eval_bad_arguments_are_one_line_before_any_model_loads(no_model, cpu_only, tmp_path, capsys, monkeypatch,
                                                                argv, expected):
-    import cf_tasks.sweep.plan as plan
+    import cf_tasks.sweep.checks as checks
 
-    monkeypatch.setattr(plan, "vllm_available", lambda: False)
+    monkeypatch.setattr(checks, "vllm_available", lambda: False)
     monkeypatch.setattr(evaluate, "needs_builtin_tasks", lambda tasks: False)  # lm-eval's own index: ~7 s or more
     a_file = tmp_path / "a_file"
     a_file.write_text("x")

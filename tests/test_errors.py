@@ -31,11 +31,11 @@ EXIT_CODES = {
     "cf_tasks.default_model.DefaultModelError": 2,
     "cf_tasks.mitigations.filter_guard.GuardError": 2,
     "cf_tasks.mitigations.qk.QKError": 2,
-    "cf_tasks.mitigations.filter.FilterError": 2,
-    "cf_tasks.mitigations.filter.FilterRunError": 1,
+    "cf_tasks.mitigations.filter_input.FilterError": 2,
+    "cf_tasks.mitigations.filter_scoring.FilterRunError": 1,
     "cf_tasks.trackers.backends.TrackerError": 2,
     "cf_tasks.checkpoints.CheckpointError": 1,
-    "cf_tasks.sweep.store.Busy": 1,
+    "cf_tasks.sweep.locks.Busy": 1,
 }
 
 
@@ -125,12 +125,12 @@ def test_any_other_exception_keeps_its_traceback(monkeypatch):
 def test_views_held_past_the_wait_are_one_line_that_says_what_to_run(tmp_path, monkeypatch):
     from unittest import mock
 
-    from cf_tasks.sweep import store
+    from cf_tasks.sweep import locks
 
-    with mock.patch.object(store, "try_lock", autospec=True, return_value=False) as held:
-        monkeypatch.setattr(store, "VIEWS_LOCK_TIMEOUT", 0.01)
-        with pytest.raises(store.Busy) as err:
-            with store.views_lock(tmp_path, wait=0.01):
+    with mock.patch.object(locks, "try_lock", autospec=True, return_value=False) as held:
+        monkeypatch.setattr(locks, "VIEWS_LOCK_TIMEOUT", 0.01)
+        with pytest.raises(locks.Busy) as err:
+            with locks.views_lock(tmp_path, wait=0.01):
                 pass
         assert held.call_count >= 1
     message = str(err.value)

@@ -12,6 +12,7 @@ import pytest
 
 from cf_tasks.cli import main
 from cf_tasks.mitigations import filter as filt
+from cf_tasks.mitigations import filter_input, filter_scoring
 
 WORDS = "paris lyon rome london capital city born year quote answer question background".split()
 
@@ -70,9 +71,9 @@ def test_losses_equal_single_example_forward_passes(model, tmp_path):
     assert run(data, model, tmp_path / "out", "--batch_size", "3") == 0
     scores = pd.read_parquet(tmp_path / "out" / "scores.parquet").set_index("id")
     for row in rows[:2]:  # two examples of different lengths, padded in one batch
-        with_ctx = direct_loss(model, filt.ALPACA_WITH.format(instruction=row["instruction"], input=row["input"]),
+        with_ctx = direct_loss(model, filter_input.ALPACA_WITH.format(instruction=row["instruction"], input=row["input"]),
                                row["output"])
-        without = direct_loss(model, filt.ALPACA_WITHOUT.format(instruction=row["instruction"]), row["output"])
+        without = direct_loss(model, filter_input.ALPACA_WITHOUT.format(instruction=row["instruction"]), row["output"])
         assert scores.loc[row["id"], "loss_with"] == pytest.approx(with_ctx, abs=1e-5)
         assert scores.loc[row["id"], "loss_without"] == pytest.approx(without, abs=1e-5)
         assert scores.loc[row["id"], "gap"] == pytest.approx(without - with_ctx, abs=1e-5)
@@ -124,16 +125,16 @@ def test_deterministic_across_runs(model, tmp_path):
 
 def test_ties_go_by_id():
     rows = [("b", 1, 0.5, 1.0), ("a", 2, 0.5, 1.0), ("c", 3, 0.1, 2.0)]
-    assert filt.select(rows, 0.34, "loss") == {"a"}
-    assert filt.select(rows, 0.67, "loss") == {"a", "b"}
-    assert filt.select(rows, 0.34, "gap") == {"a"}
+    assert filter_scoring.select(rows, 0.34, "loss") == {"a"}
+    assert filter_scoring.select(rows, 0.67, "loss") == {"a", "b"}
+    assert filter_scoring.select(rows, 0.34, "gap") == {"a"}
 
 
 def test_kill_during_scoring_then_rerun_equals_one_run(model, tmp_path):
     data = write_jsonl(tmp_path / "d.jsonl", alpaca_rows(12))
     assert run(data, model, tmp_path / "once", "--batch_size", "2") == 0
 
-    real = filt.score_batch
+    real = filter_scoring.score_batch
     calls = []
 
     def dies_after_two(*args, **kwargs):
@@ -143,14 +144,14 @@ def test_kill_during_scoring_then_rerun_equals_one_run(model, tmp_path):
         return real(*args, **kwargs)
 
     out = tmp_path / "resumed"
-    with mock.patch.object(filt, "score_batch", autospec=True, side_effect=dies_after_two):
+    with mock.patch.object(filter_scoring, "score_batch", autospec=True, side_effect=dies_after_two):
         assert run(data, model, out, "--batch_size", "2") == 130
     assert not (out / "scores.parquet").exists()
     logs = list(out.glob("scoring-*.jsonl"))
     assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 3  # identity + two batches
     with logs[0].open("ab") as fh:
         fh.write(b'{"batch": 2, "rows": [["ex0')  # a line torn by the kill
-    with mock.patch.object(filt, "score_batch", autospec=True, side_effect=real) as scorer:
+    with mock.patch.object(filter_scoring, "score_batch", autospec=True, side_effect=real) as scorer:
         assert run(data, model, out, "--batch_size", "2") == 0
     assert scorer.call_count == 3  # 9 context examples in batches of 2: 5 batches, 2 were done
     assert output_bytes(out) == output_bytes(tmp_path / "once")
@@ -162,7 +163,7 @@ def test_other_settings_start_another_scoring_log(model, tmp_path):
     assert run(data, model, out, "--batch_size", "2") == 0
     assert run(data, model, out, "--batch_size", "3") == 0
     assert len(list(out.glob("scoring-*.jsonl"))) == 2
-    with mock.patch.object(filt, "score_batch", autospec=True) as scorer:  # same settings: nothing to score
+    with mock.patch.object(filter_scoring, "score_batch", autospec=True) as scorer:  # same settings: nothing to score
         assert run(data, model, out, "--batch_size", "2", "--drop", "0.5") == 0
     assert scorer.call_count == 0
 
@@ -244,18 +245,18 @@ def test_bad_arguments_exit_2(model, tmp_path, capsys):
 def test_context_found_in_chat_and_named_fields():
     chat = {"messages": [{"role": "user", "content": "passage one.\n\npassage two.\n\nwho wrote it?"},
                          {"role": "assistant", "content": "Ann"}]}
-    example = filt.parse_example(chat, 1, "messages", None, "x")
+    example = filter_input.parse_example(chat, 1, "messages", None, "x")
     assert example.context == "passage one.\n\npassage two." and example.turns_without[-1]["content"] == "who wrote it?"
     named = dict(chat, doc="passage two.")
-    example = filt.parse_example(named, 1, "messages", "doc", "x")
+    example = filter_input.parse_example(named, 1, "messages", "doc", "x")
     assert example.context == "passage two."
     assert example.turns_without[-1]["content"] == "passage one.\n\nwho wrote it?"
-    with pytest.raises(filt.FilterError, match="line 3: the 'doc' text is not in the user turn"):
-        filt.parse_example(dict(chat, doc="elsewhere"), 3, "messages", "doc", "d.jsonl line 3")
+    with pytest.raises(filter_input.FilterError, match="line 3: the 'doc' text is not in the user turn"):
+        filter_input.parse_example(dict(chat, doc="elsewhere"), 3, "messages", "doc", "d.jsonl line 3")
     alpaca = {"instruction": "q?", "context": "c.", "input": "ignored", "output": "a"}
-    example = filt.parse_example(alpaca, 1, "alpaca", "context", "x")
-    assert example.context == "c." and example.plain_with == filt.ALPACA_WITH.format(instruction="q?", input="c.")
-    assert example.plain_without == filt.ALPACA_WITHOUT.format(instruction="q?")
+    example = filter_input.parse_example(alpaca, 1, "alpaca", "context", "x")
+    assert example.context == "c." and example.plain_with == filter_input.ALPACA_WITH.format(instruction="q?", input="c.")
+    assert example.plain_without == filter_input.ALPACA_WITHOUT.format(instruction="q?")
 
 
 @pytest.mark.slow
@@ -296,13 +297,13 @@ def test_kept_logits_and_full_logits_give_the_same_losses(model):
 
     tok = AutoTokenizer.from_pretrained(model)
     lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
-    examples = [filt.parse_example(r, i + 1, "alpaca", None, "x") for i, r in enumerate(alpaca_rows(3))]
-    sequences = [filt.render(tok, e, w) for e in examples for w in (True, False)]
-    assert filt._takes_logits_to_keep(lm)
-    with mock.patch.object(filt, "_takes_logits_to_keep", autospec=True, return_value=False) as takes:
-        full = filt.score_batch(lm, sequences, tok.pad_token_id)
+    examples = [filter_input.parse_example(r, i + 1, "alpaca", None, "x") for i, r in enumerate(alpaca_rows(3))]
+    sequences = [filter_input.render(tok, e, w) for e in examples for w in (True, False)]
+    assert filter_scoring._takes_logits_to_keep(lm)
+    with mock.patch.object(filter_scoring, "_takes_logits_to_keep", autospec=True, return_value=False) as takes:
+        full = filter_scoring.score_batch(lm, sequences, tok.pad_token_id)
     assert takes.call_count == 1
-    kept = filt.score_batch(lm, sequences, tok.pad_token_id)
+    kept = filter_scoring.score_batch(lm, sequences, tok.pad_token_id)
     assert kept == pytest.approx(full, abs=1e-5)
-    single = [filt.score_batch(lm, [s], tok.pad_token_id)[0] for s in sequences]
+    single = [filter_scoring.score_batch(lm, [s], tok.pad_token_id)[0] for s in sequences]
     assert kept == pytest.approx(single, abs=1e-5)

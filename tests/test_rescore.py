@@ -3,6 +3,7 @@ rescores the stored samples without loading a model, and ``report`` refuses to m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from unittest import mock
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 import cf_tasks.sweep.plan as plan
+import cf_tasks.sweep.settings as sweep_settings
 import cf_tasks.tasks as tasks
 from cf_tasks.cli import main
 from cf_tasks.scoring import SCORER_VERSION, Outcome
@@ -18,6 +20,15 @@ from cf_tasks.sweep import SweepConfig, SweepError, report, run_sweep
 from tiny_model import build_full_checkpoint
 
 QUIET = dict(log=lambda *a, **k: None)
+
+
+def _scorer_changed() -> contextlib.ExitStack:
+    """A scorer change: the version each task's settings carry (``sweep.settings``) and the one the
+    sweep's rescoring line names (``sweep.plan``)."""
+    stack = contextlib.ExitStack()
+    for module in (sweep_settings, plan):
+        stack.enter_context(mock.patch.object(module, "SCORER_VERSION", SCORER_VERSION + 1))
+    return stack
 TASK = "cf_capitals"
 
 
@@ -54,7 +65,7 @@ def test_a_scorer_change_rescores_the_stored_samples_without_a_model(swept, tmp_
     before = pd.read_csv(out / "sweep.csv")
     lines = []
     cfg = SweepConfig(run_dir=swept.run_dir, tasks=[TASK], output_path=out, limit=3, agree=False)
-    with mock.patch.object(plan, "SCORER_VERSION", SCORER_VERSION + 1), \
+    with _scorer_changed(), \
             mock.patch.object(tasks, "score_doc", autospec=True, side_effect=_every_answer_is_the_context), \
             mock.patch.object(plan, "make_backend", autospec=True) as make:
         start = time.perf_counter()
@@ -76,7 +87,7 @@ def test_a_scorer_change_rescores_the_stored_samples_without_a_model(swept, tmp_
     print(f"rescored 2 checkpoints from their samples in {seconds:.1f} s")  # shown with pytest -s
 
     # a second output still scored by the old rules: report refuses to draw both as one curve
-    with mock.patch.object(plan, "SCORER_VERSION", SCORER_VERSION + 1):
+    with _scorer_changed():
         with pytest.raises(SweepError, match=rf"{TASK}: rows scored by different scorer versions "
                                             rf"\({SCORER_VERSION}, {SCORER_VERSION + 1}\)"):
             report([out, swept.output_path], tmp_path / "merged", **QUIET)
@@ -128,7 +139,7 @@ def test_rescoring_with_unchanged_rules_reproduces_every_number(swept, tmp_path)
     shutil.copytree(swept.output_path, out)
     before = pd.read_csv(out / "sweep.csv")
     cfg = SweepConfig(run_dir=swept.run_dir, tasks=[TASK], output_path=out, limit=3, agree=False)
-    with mock.patch.object(plan, "SCORER_VERSION", SCORER_VERSION + 1), \
+    with _scorer_changed(), \
             mock.patch.object(plan, "make_backend", autospec=True) as make:
         assert run_sweep(cfg, **QUIET) == 0
     make.assert_not_called()

@@ -568,6 +568,7 @@ def _err_line(capsys):
 
 
 def test_case7_bad_arguments_stop_before_any_model_loads(run_dir, tmp_path, capsys, monkeypatch):
+    import cf_tasks.sweep.checks as checks
     import cf_tasks.sweep.plan as sweep
 
     monkeypatch.setattr(sweep, "make_backend", lambda *a: pytest.fail("a model was loaded"))
@@ -595,12 +596,12 @@ def test_case7_bad_arguments_stop_before_any_model_loads(run_dir, tmp_path, caps
         return real_listdir(path)
 
     with monkeypatch.context() as m:
-        m.setattr(sweep.os, "listdir", unreadable)
+        m.setattr(checks.os, "listdir", unreadable)
         assert main([*base, "--output_path", str(out), "--tasks", "cf_capitals_mc"]) == 2
         err = _err_line(capsys)
         assert "checkpoint-1: cannot read the checkpoint folder (Permission denied)" in err
     with monkeypatch.context() as m:
-        m.setitem(sweep.REQUIRED_PACKAGES, "hf", ("no_such_package_cf",))
+        m.setitem(checks.REQUIRED_PACKAGES, "hf", ("no_such_package_cf",))
         assert main([*base, "--output_path", str(out), "--tasks", "cf_capitals_mc"]) == 2
         assert "pip install no_such_package_cf" in _err_line(capsys)
     assert not out.exists()
@@ -728,13 +729,14 @@ def test_case8_concurrent_plots_use_their_own_temp_names(tmp_path):
 def test_an_interrupt_at_each_stage_resumes_to_the_uninterrupted_csv(run_dir, tmp_path, monkeypatch, stage):
     import cf_tasks.evaluate as evaluate
     import cf_tasks.sweep.plan as sweep
+    from cf_tasks.sweep import locks as sweep_locks
     from cf_tasks.sweep import store as sweep_store
 
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
     reference = tmp_path / "reference"
     cfg = dict(run_dir=run, tasks=["cf_capitals_mc"], limit=2)
     assert run_sweep(SweepConfig(output_path=reference, **cfg), **QUIET) == 0
-    target = {"claim": (sweep_store, "try_lock"), "evaluate": (evaluate, "run_lm_eval"),
+    target = {"claim": (sweep_locks, "try_lock"), "evaluate": (evaluate, "run_lm_eval"),
               "write": (sweep_store, "write_json"), "views": (sweep, "rebuild_views")}[stage]
     real = getattr(*target)
     calls = [0]
@@ -776,7 +778,7 @@ def test_a_stale_claim_is_taken_over_and_a_live_one_is_not(tmp_path):
     import socket
     import time
 
-    from cf_tasks.sweep.store import try_lock, unlock
+    from cf_tasks.sweep.locks import try_lock, unlock
 
     lock = tmp_path / "claims" / "x.lock"
     lock.parent.mkdir()
@@ -855,11 +857,12 @@ MODEL_ARGS_ERRORS = [
 
 @pytest.mark.parametrize("backend,extra,expected", MODEL_ARGS_ERRORS, ids=[" ".join(c[1]) for c in MODEL_ARGS_ERRORS])
 def test_model_args_errors_stop_before_any_model_loads(run_dir, tmp_path, capsys, monkeypatch, backend, extra, expected):
+    import cf_tasks.sweep.checks as checks
     import cf_tasks.sweep.plan as sweep
 
     monkeypatch.setattr(sweep, "make_backend", lambda *a: pytest.fail("a model was loaded"))
     monkeypatch.setattr(sweep, "task_settings", lambda *a: pytest.fail("the task index was loaded"))
-    monkeypatch.setitem(sweep.REQUIRED_PACKAGES, "vllm", ())  # the checks, with or without vLLM installed
+    monkeypatch.setitem(checks.REQUIRED_PACKAGES, "vllm", ())  # the checks, with or without vLLM installed
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100"})
     out = tmp_path / "out"
     assert main(["sweep", str(run), "--backend", backend, "--output_path", str(out), "--tasks", "cf_capitals_mc",
@@ -922,7 +925,9 @@ def test_the_sweeps_steps_can_be_called_one_by_one(run_dir, tmp_path, monkeypatc
     arguments are computed once, by the checks, and reach the backend and every task's settings."""
     from unittest import mock
 
+    import cf_tasks.sweep.checks as checks
     import cf_tasks.sweep.plan as plan
+    import cf_tasks.sweep.settings as sweep_settings
     from cf_tasks.sweep import SweepRun
 
     run = _run_of(tmp_path, run_dir, "run", {"checkpoint-1": "checkpoint-100", "checkpoint-2": "checkpoint-200"})
@@ -930,7 +935,9 @@ def test_the_sweeps_steps_can_be_called_one_by_one(run_dir, tmp_path, monkeypatc
     assert run_sweep(SweepConfig(output_path=tmp_path / "reference", **cfg), **QUIET) == 0
 
     lines = []
-    with mock.patch.object(plan, "sweep_model_args", autospec=True, side_effect=plan.sweep_model_args) as computed, \
+    computed = mock.create_autospec(checks.sweep_model_args, side_effect=checks.sweep_model_args)
+    with mock.patch.object(checks, "sweep_model_args", computed), \
+            mock.patch.object(sweep_settings, "sweep_model_args", computed), \
             mock.patch.object(plan, "make_backend", autospec=True, side_effect=plan.make_backend) as make:
         steps = SweepRun(SweepConfig(output_path=tmp_path / "out", **cfg), log=lambda *a, **k: lines.append(a))
         make.assert_not_called()  # the checks and the settings load no model

@@ -16,7 +16,7 @@ import pytest
 
 from cf_tasks.cli import main
 from cf_tasks.files import tmp_name
-from cf_tasks.sweep import SweepConfig, run_sweep, store, views
+from cf_tasks.sweep import SweepConfig, locks, run_sweep, store, views
 from tiny_model import build_full_checkpoint
 
 TASK = "cf_capitals_mc"
@@ -180,29 +180,29 @@ def test_empty_orphaned_and_rebooted_claims_are_taken_over_promptly(tmp_path):
     lock = tmp_path / "claims" / "x.lock"
     lock.parent.mkdir()
     lock.write_bytes(b"")  # created, never written (a full disk)
-    assert not store.try_lock(lock, timeout=6 * 3600)  # its writer may still be writing it
-    old = time.time() - store.EMPTY_GRACE - 1
+    assert not locks.try_lock(lock, timeout=6 * 3600)  # its writer may still be writing it
+    old = time.time() - locks.EMPTY_GRACE - 1
     os.utime(lock, (old, old))
-    assert store.try_lock(lock, timeout=6 * 3600)
-    store.unlock(lock)
+    assert locks.try_lock(lock, timeout=6 * 3600)
+    locks.unlock(lock)
     mine = {"pid": 1, "host": socket.gethostname(), "time": time.time()}
     lock.write_text(json.dumps({**mine, "boot": "a-boot-before-this-one"}))
-    assert store.try_lock(lock, timeout=6 * 3600)  # pid 1 runs, but that claim is from before a reboot
-    store.unlock(lock)
-    stale = time.time() - store.HEARTBEAT * store.STALE_HEARTBEATS - 1
-    lock.write_text(json.dumps({**mine, "host": "another-host", "heartbeat": store.HEARTBEAT}))
-    assert not store.try_lock(lock, timeout=6 * 3600)  # another host's, renewed recently
+    assert locks.try_lock(lock, timeout=6 * 3600)  # pid 1 runs, but that claim is from before a reboot
+    locks.unlock(lock)
+    stale = time.time() - locks.HEARTBEAT * locks.STALE_HEARTBEATS - 1
+    lock.write_text(json.dumps({**mine, "host": "another-host", "heartbeat": locks.HEARTBEAT}))
+    assert not locks.try_lock(lock, timeout=6 * 3600)  # another host's, renewed recently
     os.utime(lock, (stale, stale))
-    assert store.try_lock(lock, timeout=6 * 3600)  # its heartbeat stopped: its owner is gone
-    assert json.loads(lock.read_text())["boot"] == store.BOOT
-    store.unlock(lock)
+    assert locks.try_lock(lock, timeout=6 * 3600)  # its heartbeat stopped: its owner is gone
+    assert json.loads(lock.read_text())["boot"] == locks.BOOT
+    locks.unlock(lock)
     assert not lock.exists()
 
 
 def test_a_full_disk_at_the_claim_leaves_no_empty_claim(swept, tmp_path, capsys):
     out = tmp_path / "out"
     full = OSError(errno.ENOSPC, "No space left on device")
-    with mock.patch.object(store, "_lock_info", autospec=True, side_effect=full):
+    with mock.patch.object(locks, "_lock_info", autospec=True, side_effect=full):
         assert main(_args(swept["run"], out)) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"cf-tasks: error: {out / 'claims'}: cannot write there" in err
@@ -445,7 +445,7 @@ def test_a_sweep_says_it_waits_and_takes_over_an_empty_claim_at_once(swept, tmp_
     run.mkdir()
     shutil.copytree(swept["spare"], run / "checkpoint-3")
     out = tmp_path / "out"
-    real = store.try_lock
+    real = locks.try_lock
     calls = []
 
     def claim(path, timeout):
@@ -457,12 +457,12 @@ def test_a_sweep_says_it_waits_and_takes_over_an_empty_claim_at_once(swept, tmp_
         if not path.exists():  # then that process's disk filled at its claim: an empty file is left
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"")
-            old = time.time() - store.EMPTY_GRACE - 1
+            old = time.time() - locks.EMPTY_GRACE - 1
             os.utime(path, (old, old))
         return real(path, timeout)
 
     start = time.monotonic()
-    with mock.patch.object(store, "try_lock", autospec=True, side_effect=claim):
+    with mock.patch.object(locks, "try_lock", autospec=True, side_effect=claim):
         assert main(_args(run, out)) == 0  # with the default --lock_timeout of 6 hours
     assert time.monotonic() - start < 300
     err = capsys.readouterr().err

@@ -73,9 +73,10 @@ def test_sweep_bad_flags_are_one_line_before_any_model_loads(no_model, cpu_only,
 
 def test_sweep_metadata_key_no_task_reads_is_refused_before_the_datasets_load(monkeypatch, tmp_path, capsys):
     import cf_tasks.sweep.plan as plan
+    import cf_tasks.sweep.settings as sweep_settings
 
     monkeypatch.setattr(plan, "make_backend", lambda *a: pytest.fail("a model was loaded"))
-    monkeypatch.setattr(plan, "load_task", lambda *a: pytest.fail("a dataset was loaded"))
+    monkeypatch.setattr(sweep_settings, "load_task", lambda *a: pytest.fail("a dataset was loaded"))
     run = tmp_path / "run"
     (run / "checkpoint-1").mkdir(parents=True)
     assert main(["sweep", str(run), "--backend", "hf", "--output_path", str(tmp_path / "out"), "--tasks",

@@ -29,7 +29,7 @@ def parse_metadata(text: str | None, check_values: bool = True) -> dict | None:
     """``--metadata``: a JSON object, its Hub copy (``hub_repo``) refused before any model loads and,
     with ``check_values``, the types of its keys (a command whose own checks read them passes False).
     The keys no task of the run reads are checked once the tasks are known
-    (``sweep.plan.check_task_metadata``)."""
+    (``sweep.checks.check_task_metadata``)."""
     if not text:
         return None
     try:

@@ -43,7 +43,7 @@ def check_model_type(model: str) -> None:
     import lm_eval.models  # noqa: F401  (registers the model names; each model imports on first use)
     from lm_eval.api.registry import get_model, model_registry
 
-    from ..sweep.plan import pip_line, vllm_available, vllm_missing
+    from ..sweep.checks import pip_line, vllm_available, vllm_missing
 
     names = sorted(model_registry.keys())
     if model not in names:
@@ -78,7 +78,7 @@ def check_arguments(args: argparse.Namespace, tasks: list[str]) -> dict:
     Returns the parsed ``--model_args``."""
     from ..attention import HF_MODELS, UNAVAILABLE
     from ..sweep.model_args import check_values, check_batch_size, check_device, check_keys, parse_model_args
-    from ..sweep.plan import check_limit, check_output_folder, check_tasks_given
+    from ..sweep.checks import check_limit, check_output_folder, check_tasks_given
 
     check_tasks_given(tasks)
     check_limit(args.limit)
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from ..default_model import DEFAULT_MODEL_BATCH_SIZE, default_model_path
     from ..evaluate import default_device, knowledge_probe, needs_builtin_tasks, our_task_names, run_lm_eval
     from ..registry import task_manager
-    from ..sweep.plan import check_task_metadata, check_task_names, load_task
+    from ..sweep.checks import check_task_metadata, check_task_names, load_task
 
     tasks = task_list(args.tasks)
     metadata = parse_metadata(args.metadata)  # its values; its keys below, once the tasks are known

@@ -1,6 +1,7 @@
 """``cf-tasks filter-data``: drop the instruction examples that do not need their context (the paper's
-section 4.3). The work, and its checks, are in ``cf_tasks.mitigations.filter``: ``FilterError`` (exit 2)
-for bad input, ``FilterRunError`` (exit 1) for a failure during the run."""
+section 4.3). The work, and its checks, are in ``cf_tasks.mitigations.filter`` (the run),
+``filter_input`` (the input) and ``filter_scoring`` (the losses): ``FilterError`` (exit 2) for bad
+input, ``FilterRunError`` (exit 1) for a failure during the run."""
 
 from __future__ import annotations
 

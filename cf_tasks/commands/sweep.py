@@ -1,6 +1,6 @@
 """``cf-tasks sweep``: score every checkpoint of a fine-tuning run (full or LoRA).
 
-The sweep's own checks (``cf_tasks.sweep.plan.check_arguments``) run inside ``run_sweep``; here
+The sweep's own checks (``cf_tasks.sweep.checks.check_arguments``) run inside ``run_sweep``; here
 only what the command line turns into its settings: ``--shard``, ``--alpha``, ``--peak_step``,
 ``--metadata``'s JSON.
 """

