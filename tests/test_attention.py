@@ -63,6 +63,7 @@ def test_span_mask_takes_the_tokens_that_overlap_the_context():
     assert context_span(prompt, "Paris") is None
 
 
+@pytest.mark.slow
 def test_eval_attention_equals_a_direct_computation_and_lies_in_unit_interval(tiny_model, tmp_path):
     out = tmp_path / "out"
     assert main(["eval", "--model_args", f"pretrained={tiny_model},dtype=float32", "--device", "cpu",
@@ -130,6 +131,7 @@ def _answers(results):
     return {t: [s["resps"] for s in samples] for t, samples in results["samples"].items()}
 
 
+@pytest.mark.slow
 def test_generation_is_unchanged_and_sdpa_restored(tiny_model):
     from lm_eval.models.huggingface import HFLM
 
@@ -147,6 +149,7 @@ def test_generation_is_unchanged_and_sdpa_restored(tiny_model):
     assert "context_attention,none" not in after["results"]["cf_quotes"]
 
 
+@pytest.mark.slow
 def test_sweep_attention_is_a_setting_and_follows_the_adapter(tiny_model, tmp_path):
     run = tmp_path / "run"
     for step, seed in ((10, 11), (20, 12)):
@@ -203,6 +206,7 @@ def test_vllm_refuses_attention_before_any_model_loads(tiny_model, tmp_path, cap
     assert calls == []
 
 
+@pytest.mark.slow
 def test_attention_is_a_setting_only_of_the_tasks_it_measures(tmp_path):
     from cf_tasks.registry import task_manager
     from cf_tasks.sweep import task_settings

@@ -74,6 +74,7 @@ def test_kinds_empty_is_refused(tmp_path, capsys):
     assert not (tmp_path / "t").exists() and not (tmp_path / "d").exists()
 
 
+@pytest.mark.slow
 def test_build_never_overwrites_the_manifest_of_the_other_kind_of_build(tmp_path, capsys):
     training, data = tmp_path / "training", tmp_path / "data"
     assert main(["build", "--for_training", "--kinds", "CF", "--output_path", str(training), "--quiet"]) == 0
@@ -252,6 +253,7 @@ def mechanism(out: Path, *extra: str) -> int:
     return main(["experiment", "mechanism", "--output_path", str(out), "--seeds", "0", "--steps", "2", *extra])
 
 
+@pytest.mark.slow
 def test_mechanism_rerun_with_no_plots_removes_the_old_plots(tmp_path):
     out = tmp_path / "m"
     assert mechanism(out) == 0
@@ -261,6 +263,7 @@ def test_mechanism_rerun_with_no_plots_removes_the_old_plots(tmp_path):
     assert json.loads((out / "mechanism.json").read_text())["plots"] is False
 
 
+@pytest.mark.slow
 def test_mechanism_rerun_killed_after_its_first_arm_leaves_the_previous_run_whole(tmp_path):
     from cf_tasks.experiments import mechanism as mech
 

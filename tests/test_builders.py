@@ -87,6 +87,7 @@ def test_every_rule_holds_for_many_seeds(name, seed):
     build_validated(name, seed)  # raises ValidationError with one line per broken rule
 
 
+@pytest.mark.slow
 def test_world_facts_positions_are_balanced_and_recorded(built):
     items = built["cf_world_facts"]
     shares = Counter(i.answer_position for i in items)

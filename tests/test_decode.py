@@ -45,6 +45,7 @@ def _frequent_words(tokenizer, out, width, k=3):
     return [w for w, _ in counts.most_common(k)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grouped", [False, True], ids=["one model", "mixed LoRA batch"])
 def test_dropping_finished_rows_gives_the_texts_of_one_call(tiny, grouped):
     tokenizer, plain, peft = tiny
@@ -93,6 +94,7 @@ def test_what_cannot_be_segmented_goes_through_one_call(tiny):
         plain.generation_config.min_new_tokens = saved
 
 
+@pytest.mark.slow
 def test_several_batches_decoded_together_give_each_batch_its_own_texts(tiny):
     """generate_batches: lm-eval batches of different prompt lengths, each for two adapters,
     prefilled apart and decoded together from left-padded caches."""
