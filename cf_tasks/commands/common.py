@@ -20,6 +20,13 @@ ATTENTION_HELP = ("also measure context_attention: the attention of the position
 METADATA_HELP = "JSON passed to the tasks, e.g. '{\"seed\": 7}'"
 
 
+def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
+    """``--alpha`` and ``--peak_step``, which ``sweep`` and ``report`` share (checked by
+    ``parse_alpha`` and ``parse_peak_step``)."""
+    p.add_argument("--alpha", default="0.05", help=ALPHA_HELP)
+    p.add_argument("--peak_step", default=None, help=PEAK_STEP_HELP)
+
+
 def task_list(text: str) -> list[str]:
     """``--tasks``: the comma-separated names, blanks dropped."""
     return [t.strip() for t in text.split(",") if t.strip()]

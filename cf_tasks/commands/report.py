@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import ALPHA_HELP, PEAK_STEP_HELP, parse_alpha, parse_peak_step
+from .common import add_verdict_arguments, parse_alpha, parse_peak_step
 
 MIXED_SCORERS_HELP = ("report a task whose rows were scored by different scorer versions instead of refusing: a "
                       "checkpoint scored under several versions shows only its latest version's rows, so an older "
@@ -21,9 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--output_path", default=None,
                    help="where to write the merged views; needed with two or more folders (naming one of "
                         "them writes into it); with one folder, its own views are rewritten in place")
-    p.add_argument("--alpha", default="0.05",
-                   help=ALPHA_HELP)
-    p.add_argument("--peak_step", default=None, help=PEAK_STEP_HELP)
+    add_verdict_arguments(p)
     p.add_argument("--items", action="store_true",
                    help="also write items.csv: one row per checkpoint x task x item with its outcome")
     p.add_argument("--mixed_scorers", action="store_true",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..trackers import add_arguments as add_tracker_arguments
-from .common import (ALPHA_HELP, ATTENTION_HELP, METADATA_HELP, NO_KNOWLEDGE_HELP, PEAK_STEP_HELP, parse_alpha,
+from .common import (ATTENTION_HELP, METADATA_HELP, NO_KNOWLEDGE_HELP, add_verdict_arguments, parse_alpha,
                      parse_metadata, parse_peak_step, task_list)
 
 
@@ -50,9 +50,7 @@ def add_parser(sub) -> None:
                    help="seconds after which another host's claim on a checkpoint is taken over when it has no "
                         "heartbeat (a claim of a dead process on this host, or one whose heartbeat stopped for 5 "
                         "minutes, is taken over sooner)")
-    p.add_argument("--alpha", default="0.05",
-                   help=ALPHA_HELP)
-    p.add_argument("--peak_step", default=None, help=PEAK_STEP_HELP)
+    add_verdict_arguments(p)
     p.add_argument("--quiet", action="store_true",
                    help="print only failures and the closing line (no progress bars, no summary table)")
     p.add_argument("--no_knowledge", action="store_true", help=NO_KNOWLEDGE_HELP)

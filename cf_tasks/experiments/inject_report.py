@@ -290,8 +290,8 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
     if data:
         parts += ["## Facts and mixes", "", md_table(data, ("what", "part", "count")), ""]
     gate_path = source / "gate.json"
-    if gate_path.is_file():
-        gate = json.loads(gate_path.read_text())
+    gate = json.loads(gate_path.read_text()) if gate_path.is_file() else None
+    if gate is not None:
         fig = gate["figures"]
         rows = []
         for key in sorted({k.removeprefix("phase_a_").removeprefix("base_") for k in fig}):
@@ -309,9 +309,8 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
                       "where it was measured):", "", md_table(epochs, ("epoch", "steps", "loss", "recall")), ""]
     runs = read_csv(source / "runs.csv")
     if not runs:
-        gate_met = gate_path.is_file() and json.loads(gate_path.read_text())["met"]
         parts += ["## Phase B", "", "Phase B did not run: " + ("the gate failed (the checks marked NO above), "
-                  "and a failed gate stops the study." if gate_path.is_file() and not gate_met
+                  "and a failed gate stops the study." if gate is not None and not gate["met"]
                   else "no run has finished yet."), ""]
         return "\n".join(parts)
     if runs:
