@@ -50,6 +50,10 @@ def test_per_sweep_counts_a_sweep_once_holm_adjusted(sim):
     p = np.array([0.5] * 24 + [0.001] + [0.5] * 23 + [0.003] * 24)
     # sweep 1: nothing; sweep 2: 0.001 * 24 = 0.024 < 0.05; sweep 3: 24 ties of 0.003 -> 0.072
     assert sim.per_sweep(p) == pytest.approx(1 / 3)
+    # the first series of each sweep primary, tested at alpha alone: sweep 2's 0.001 and sweep 3's
+    # 0.003 are their sweeps' primaries
+    assert sim.per_sweep(p, primary=True) == pytest.approx(2 / 3)
+    assert sim.per_sweep(np.array([0.04] + [0.5] * 23), primary=True) == 1.0 == 1 - sim.per_sweep(np.array([0.04] + [0.5] * 23))
 
 
 class _Items(ItemSource):

@@ -244,7 +244,7 @@ def test_a_peak_step_declared_in_advance_equals_a_hand_computation(fake_store, t
     frame = pd.read_csv(out / "summary.csv").set_index("series")
     for task, by_step in series.items():
         _check(frame.loc[task], _hand(by_step, peak_step=300))
-        assert frame.loc[task, "design"] == "fixed peak at step 300 (declared in advance)"
+        assert frame.loc[task, "design"] == "two lines at a peak declared in advance (step 300)"
     capsys.readouterr()
     before = (out / "summary.csv").read_bytes()
     for bad, shown in (("250", "--peak_step 250: not the step of a checkpoint"), ("100", "--peak_step 100: not the"),
@@ -400,3 +400,75 @@ def test_a_sweep_of_the_tiny_model_keeps_every_checkpoints_samples_and_summarise
     for step, samples in by_step.items():
         for s in samples:
             assert labels[(step, s["doc"]["id"])] == outcome(s)
+
+
+# ---------------------------------------------------------------- series declared primary
+def test_gated_holm_equals_a_hand_computation():
+    from cf_tasks.sweep.stats import gated_holm
+
+    p = [0.01, 0.004, 0.03, 0.2, 0.001]
+    # primary: series 0 and 2. Holm among them: 0.01 * 2 = 0.02, max(0.02, 0.03) = 0.03; the gate is 0.03.
+    # The rest, Holm among three: 0.001 * 3 = 0.003, 0.004 * 2 = 0.008, 0.2; each at least the gate.
+    assert gated_holm(p, [True, False, True, False, False]) == pytest.approx([0.02, 0.03, 0.03, 0.2, 0.03])
+    assert gated_holm(p, [False] * 5) == holm(p) == gated_holm(p, [True] * 5)
+    # a primary series that shows nothing closes the gate: no other series can be called
+    assert min(gated_holm([0.5, 1e-6, 1e-6], [True, False, False])[1:]) == 0.5
+
+
+def test_gated_holm_keeps_the_family_wise_error_rate_under_the_null():
+    """Uniform p-values, 24 series, the first declared primary: "inversion" anywhere in at most
+    alpha of 20,000 summaries (99.9% band)."""
+    from cf_tasks.sweep.stats import gated_holm
+
+    rng = np.random.default_rng(0)
+    flags = [True] + [False] * 23
+    hits = np.mean([min(gated_holm(list(rng.random(24)), flags)) < 0.05 for _ in range(20000)])
+    assert hits <= 0.05 + 3.1 * math.sqrt(0.05 * 0.95 / 20000)
+
+
+def test_a_primary_series_is_adjusted_alone_and_gates_the_rest(fake_store, capsys):
+    out, _ = fake_store
+    rebuild_views(out)
+    plain = pd.read_csv(out / "summary.csv").set_index("series")
+    assert (plain["family"] == "all").all()
+    assert main(["report", str(out), "--primary", "cf_bio"]) == 0
+    frame = pd.read_csv(out / "summary.csv").set_index("series")
+    bio = frame.loc["cf_bio"]
+    assert bio["family"] == "primary" and bio["n_series_tested"] == 1
+    assert bio["p_holm"] == pytest.approx(bio["p_inversion"]) and bio["p_holm"] < plain.loc["cf_bio", "p_holm"]
+    assert "one primary series" in bio["verdict"] and bool(bio["inversion"])
+    rest = frame.loc[["cf_capitals", "cf_quotes"]]
+    assert (rest["family"] == "secondary").all() and (rest["n_series_tested"] == 2).all()
+    expected = [max(bio["p_holm"], a) for a in holm(rest["p_inversion"].tolist())]
+    assert rest["p_holm"].tolist() == pytest.approx(expected)
+    assert "over 2 series after the primary" in frame.loc["cf_quotes", "verdict"]
+    # a primary series that shows nothing: no other series may be called an inversion
+    assert main(["report", str(out), "--primary", "cf_quotes"]) == 0
+    gated = pd.read_csv(out / "summary.csv").set_index("series")
+    assert not gated["inversion"].any()
+    assert (gated["p_holm"] >= gated.loc["cf_quotes", "p_holm"]).all()
+    capsys.readouterr()
+    before = (out / "summary.csv").read_bytes()
+    for bad, shown in (("cf_nope", "--primary 'cf_nope': not a series or task of this summary; pass one of: cf_bio, "
+                                   "cf_capitals, cf_quotes"),
+                       ("cf_bio,", "--primary 'cf_bio,': an empty name"), ("", "--primary '': an empty name")):
+        assert main(["report", str(out), "--primary", bad]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"cf-tasks: error: {shown}"), lines
+    assert (out / "summary.csv").read_bytes() == before  # nothing written
+
+
+def test_a_primary_task_the_sweep_does_not_score_stops_it_before_any_model_loads(tmp_path, capsys):
+    import cf_tasks.sweep.plan as plan
+
+    run = tmp_path / "run"
+    for step in (10, 20, 30):
+        (run / f"checkpoint-{step}").mkdir(parents=True)
+    with mock.patch.object(plan, "make_backend", autospec=True) as make:
+        assert main(["sweep", str(run), "--output_path", str(tmp_path / "out"), "--tasks", "cf_capitals",
+                     "--primary", "cf_bio"]) == 2
+        make.assert_not_called()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cf-tasks: error: --primary 'cf_bio': not a task this sweep "
+                                                   "scores; pass one of: "), lines
+    assert "cf_capitals" in lines[0]

@@ -1,5 +1,5 @@
 """The tests of an inverted U (cf_tasks.sweep.ushape, exposed by cf_tasks.sweep.stats): the fixed-peak
-test against scipy and an exact enumeration, the two-lines test's calibration under the null and its
+test (its two lines and its endpoints form) against scipy, hand-fitted slopes and an exact enumeration, the two-lines test's calibration under the null and its
 power under a planted rise and fall (small seeded simulations), the smallest detectable fall against
 its formula and a simulation, and Wilson intervals against known values."""
 
@@ -38,11 +38,12 @@ def test_the_study_functions_are_stats_public_api():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_fixed_peak_on_binary_values_is_the_one_sided_exact_mcnemar_test(seed):
+def test_fixed_peak_endpoints_on_binary_values_is_the_one_sided_exact_mcnemar_test(seed):
     binomtest = pytest.importorskip("scipy.stats").binomtest
     x = np.random.default_rng(seed).integers(0, 2, size=(60, 5)).astype(float)
     x[:25, 2] = 1  # a rise to the peak for some items
-    got = stats.fixed_peak_test(x.tolist(), peak=2)
+    got = stats.fixed_peak_test(x.tolist(), peak=2, lines=False)
+    assert got["test"] == "endpoints"
     for key, a, b in (("rise", 2, 0), ("fall", 2, 4)):
         up, down = int(((x[:, a] == 1) & (x[:, b] == 0)).sum()), int(((x[:, a] == 0) & (x[:, b] == 1)).sum())
         hand = binomtest(up, up + down, 0.5, alternative="greater").pvalue if up + down else 1.0
@@ -57,13 +58,51 @@ def test_fixed_peak_on_binary_values_is_the_one_sided_exact_mcnemar_test(seed):
 def test_fixed_peak_on_graded_values_matches_an_exact_sign_flip_enumeration():
     rng = np.random.default_rng(5)
     d = rng.normal(0.15, 0.3, size=12)
-    exact = np.mean([np.dot(signs, np.abs(d)) >= d.sum() - 1e-12
-                     for signs in itertools.product((-1, 1), repeat=len(d))])
+    exact = _exact_sign_flip_p(d)
     # the Monte Carlo p of 9,999 flips lies within 4 standard errors of the exact one
     assert sign_flip_p(d) == pytest.approx(exact, abs=4 * math.sqrt(exact * (1 - exact) / 9999) + 1e-4)
     graded = np.column_stack([np.full(12, 0.5), 0.5 + d, 0.5 + d / 3])
     got = stats.fixed_peak_test(graded, peak=1)
     assert got["p_rise"] == sign_flip_p(d) and got["rise"] == pytest.approx(d.mean())
+
+
+def _exact_sign_flip_p(d):
+    """The one-sided sign-flip p of the mean of ``d`` above 0 by enumerating every sign pattern."""
+    return np.mean([np.dot(signs, np.abs(d)) >= d.sum() - 1e-12 for signs in itertools.product((-1, 1), repeat=len(d))])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fixed_peak_two_lines_tests_hand_fitted_slopes_by_an_exact_enumeration(seed):
+    """The default test at a declared peak: each item's least-squares line up to the peak and from
+    it (numpy's polyfit, by hand), every sign pattern of the 12 items enumerated."""
+    rng = np.random.default_rng(seed)
+    x = (rng.random((12, 6)) < np.array([0.3, 0.45, 0.6, 0.65, 0.5, 0.4])).astype(float)
+    got = stats.fixed_peak_test(x, peak=3)
+    rise = np.array([np.polyfit(np.arange(4), row[:4], 1)[0] for row in x])
+    fall = -np.array([np.polyfit(np.arange(3), row[3:], 1)[0] for row in x])
+    for key, d in (("rise", rise), ("fall", fall)):
+        exact = _exact_sign_flip_p(d)
+        assert got[f"p_{key}"] == pytest.approx(exact, abs=4 * math.sqrt(exact * (1 - exact) / 9999) + 1e-4), key
+    # the estimates stay the changes between the three checkpoints, from the same items
+    assert got["rise"] == pytest.approx((x[:, 3] - x[:, 0]).mean())
+    assert got["fall"] == pytest.approx((x[:, 3] - x[:, 5]).mean())
+    assert got["test"] == "two lines" and got["p_inversion"] == max(got["p_rise"], got["p_fall"])
+
+
+def test_two_lines_differ_from_the_endpoints_where_the_middle_checkpoints_speak():
+    """Every item right at the first checkpoint, the peak and the last, so the endpoints see no
+    change; wrong at the second and at the sixth, so each item's line rises to the peak (1, 0, 1, 1:
+    slope 0.1) and falls after it (1, 1, 0, 1: slope -0.1). Only the two lines see it."""
+    x = np.ones((30, 7))
+    x[:, 1] = x[:, 5] = 0
+    lines, ends = stats.fixed_peak_test(x, peak=3), stats.fixed_peak_test(x, peak=3, lines=False)
+    assert ends["p_rise"] == 1.0 and ends["p_fall"] == 1.0 and ends["rise"] == ends["fall"] == 0
+    assert lines["p_rise"] == lines["p_fall"] == stats.binomial_tail(30, 0)  # all 30 items, one slope size
+
+
+def test_a_sign_flip_of_values_of_one_size_is_the_exact_binomial_tail():
+    d = np.array([0.5, 0.5, -0.5, 0.0, 0.5, 0.5, 0.5, -0.5, 0.5, 0.5])
+    assert sign_flip_p(d) == stats.binomial_tail(7, 2) == pytest.approx(_exact_sign_flip_p(d))
 
 
 @pytest.mark.parametrize("peak, first, final, message", [

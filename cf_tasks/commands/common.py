@@ -12,6 +12,9 @@ ALPHA_HELP = ("significance level of the summary's paired tests: an inversion ne
 PEAK_STEP_HELP = ("test the rise (first -> peak) and the fall (peak -> final) at this checkpoint step, declared in "
                   "advance (e.g. the peak of another run), on all items; default: the two-lines test over every "
                   "checkpoint, the peak chosen inside its null")
+PRIMARY_HELP = ("series or tasks declared primary in advance, comma-separated (e.g. cf_bio): they are adjusted "
+                "among themselves only, the other series only after every primary one shows an inversion; "
+                "default: Holm across all the summary's series")
 NO_KNOWLEDGE_HELP = ("skip the knowledge probe: by default each knowledge-conflict task's items are also asked "
                      "closed-book in the same pass, adding known_rate, known_counterfactual_acc, "
                      "known_parametric_acc and unknown_counterfactual_acc")
@@ -21,10 +24,11 @@ METADATA_HELP = "JSON passed to the tasks, e.g. '{\"seed\": 7}'"
 
 
 def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
-    """``--alpha`` and ``--peak_step``, which ``sweep`` and ``report`` share (checked by
-    ``parse_alpha`` and ``parse_peak_step``)."""
+    """``--alpha``, ``--peak_step`` and ``--primary``, which ``sweep`` and ``report`` share (checked
+    by ``parse_alpha``, ``parse_peak_step`` and ``parse_primary``)."""
     p.add_argument("--alpha", default="0.05", help=ALPHA_HELP)
     p.add_argument("--peak_step", default=None, help=PEAK_STEP_HELP)
+    p.add_argument("--primary", default=None, help=PRIMARY_HELP)
 
 
 def task_list(text: str) -> list[str]:
@@ -81,6 +85,17 @@ def parse_peak_step(text: str | None) -> int | None:
     except ValueError:
         raise UsageError(f"--peak_step {text!r} is not a whole number; pass the step of a checkpoint, "
                          "e.g. --peak_step 200") from None
+
+
+def parse_primary(text: str | None) -> tuple[str, ...]:
+    """``--primary`` of the sweep and the report: comma-separated names, none empty."""
+    if text is None:
+        return ()
+    names = [t.strip() for t in text.split(",")]
+    if not any(names) or not all(names):
+        raise UsageError(f"--primary {text!r}: an empty name; pass series or task names separated by commas, "
+                         "e.g. --primary cf_bio")
+    return tuple(dict.fromkeys(names))
 
 
 def check_trackers(args: argparse.Namespace, eval_keys: bool = False) -> dict:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from .common import add_verdict_arguments, parse_alpha, parse_peak_step
+from .common import add_verdict_arguments, parse_alpha, parse_peak_step, parse_primary
 
 MIXED_SCORERS_HELP = ("report a task whose rows were scored by different scorer versions instead of refusing: a "
                       "checkpoint scored under several versions shows only its latest version's rows, so an older "
@@ -42,13 +42,13 @@ def run(args: argparse.Namespace) -> int:
     if args.output_path is None and len(outs) > 1:
         raise UsageError(f"report would write the merged views into {outs[0]}, one of its inputs; pass "
                          f"--output_path NEW_FOLDER (or --output_path {outs[0]} to merge into it)")
-    alpha, peak_step = parse_alpha(args.alpha), parse_peak_step(args.peak_step)
+    alpha, peak_step, primary = parse_alpha(args.alpha), parse_peak_step(args.peak_step), parse_primary(args.primary)
     if args.output_path:
         from ..sweep.checks import check_output_folder
 
         check_output_folder(Path(args.output_path))
     report(outs, Path(args.output_path) if args.output_path else outs[0], alpha=alpha, items=args.items,
-           mixed_scorers=args.mixed_scorers, peak_step=peak_step)
+           mixed_scorers=args.mixed_scorers, peak_step=peak_step, primary=primary)
     return 0
 
 

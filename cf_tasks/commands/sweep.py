@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..trackers import add_arguments as add_tracker_arguments
 from .common import (ATTENTION_HELP, METADATA_HELP, NO_KNOWLEDGE_HELP, add_verdict_arguments, parse_alpha,
-                     parse_metadata, parse_peak_step, task_list)
+                     parse_metadata, parse_peak_step, parse_primary, task_list)
 
 
 def add_parser(sub) -> None:
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         apply_chat_template=args.apply_chat_template,
         metadata=parse_metadata(args.metadata, check_values=False),  # the sweep's checks read its values
         lora_group=args.lora_group, lock_timeout=args.lock_timeout, alpha=alpha,
-        peak_step=parse_peak_step(args.peak_step),
+        peak_step=parse_peak_step(args.peak_step), primary=parse_primary(args.primary),
         knowledge=not args.no_knowledge, agree=not args.no_agree, attention=args.attention, quiet=args.quiet,
         timings=args.timings, report_to=args.report_to, report_args=args.report_args,
     )

@@ -92,6 +92,14 @@ def check_peak_step_planned(cfg: SweepConfig, run_dir: Path) -> None:
                          f"last (steps: {', '.join(map(str, steps))}); pass one of: {', '.join(map(str, steps[1:-1])) or 'none'}")
 
 
+def check_primary_planned(cfg: SweepConfig, tasks) -> None:
+    """``--primary``: each name is a task the sweep scores, or a series of one (``TASK [RUN]``); a
+    SweepError of one line before any model loads."""
+    for name in cfg.primary:
+        if name.split(" [", 1)[0] not in tasks:
+            raise SweepError(f"--primary {name!r}: not a task this sweep scores; pass one of: {', '.join(sorted(tasks))}")
+
+
 def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
     """The checks that need no model and no task index: one SweepError (one line) each. Returns the
     run folder, the output folder and the model arguments of every model the sweep loads

@@ -40,6 +40,7 @@ class SweepConfig:
     lock_timeout: float = LOCK_TIMEOUT  # a claim older than this is taken over (other hosts' claims)
     alpha: float = 0.05  # significance level of the summary's paired tests (stats.py)
     peak_step: int | None = None  # the summary tests rise and fall at this step, declared in advance (stats.py)
+    primary: tuple[str, ...] = ()  # series or tasks declared primary: Holm among them first (stats.gated_holm)
     knowledge: bool = True  # the knowledge probe on the knowledge-conflict tasks (cf_tasks/known.py)
     agree: bool = True  # each knowledge-conflict task's agreeing twin beside it, where installed
     attention: bool = False  # also measure context_attention (cf_tasks.attention; hf backend only)

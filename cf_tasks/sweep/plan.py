@@ -19,7 +19,8 @@ from ..files import HOST, write_failure
 from ..known import probe_for
 from ..scoring import SCORER_VERSION
 from . import locks, store, upstream
-from .checks import check_arguments, check_bases, check_peak_step_planned, pip_line, vllm_available, vllm_missing
+from .checks import (check_arguments, check_bases, check_peak_step_planned, check_primary_planned, pip_line,
+                     vllm_available, vllm_missing)
 from .config import SweepConfig, SweepError
 from .hf import HFBackend
 from .rescore import NotReplayable, rescore, source_for
@@ -155,6 +156,7 @@ class SweepRun:
             self.tm = task_manager(include_defaults=needs_builtin_tasks(cfg.tasks), metadata=cfg.metadata)
         with phase("task settings (datasets)"):
             self.settings = task_settings(cfg, self.tm, self.model_args)
+        check_primary_planned(cfg, self.settings)
         self.hashes = {t: store.settings_hash(s) for t, s in self.settings.items()}
         self.claim_key = store.settings_hash(self.hashes)
         try:
@@ -320,7 +322,8 @@ class SweepRun:
     def rebuild_views(self) -> dict:
         """sweep.csv, sweep.json, the plot, the summary and the manifest from the store; returns the summary."""
         with self.timings.phase("views"):
-            summary = rebuild_views(self.out, alpha=self.cfg.alpha, peak_step=self.cfg.peak_step)
+            summary = rebuild_views(self.out, alpha=self.cfg.alpha, peak_step=self.cfg.peak_step,
+                                    primary=self.cfg.primary)
         self.views_stale, self.views_at = False, time.monotonic()
         if self.reporter:  # each result of this run's settings, once per tracker run (trackers/reporter.py)
             with self.timings.phase("trackers"):

@@ -10,7 +10,8 @@ the rise (first -> peak) and the fall (peak -> final) tested one-sided on all it
 
 "Inversion" is an intersection-union test (the rise and the fall must both be small at one peak;
 ``p_inversion``); across the series of one summary (one sweep or report) the p-values are adjusted
-by Holm's step-down method (``p_holm``), and "inversion" is the only word of the verdict that claims
+by Holm's step-down method (``p_holm``; with ``--primary``, the series declared primary first and
+the rest only after them: a serial gatekeeper), and "inversion" is the only word of the verdict that claims
 significance: the rise's and the fall's own p-values are printed as unadjusted. Beside each verdict
 is the smallest fall the series could have shown at 80% power (``min_detectable_fall``). Where the
 task's agreeing twin ``<dataset>_agree`` was scored at the peak and final checkpoints and its
@@ -37,7 +38,7 @@ from .ushape import (binomial_tail, bootstrap_interval, fixed_peak_test, min_det
                      wilson_interval)
 
 __all__ = ["fixed_peak_test", "min_detectable_fall", "wilson_interval", "whole_series_test", "binomial_tail",
-           "holm", "mcnemar_exact", "paired_change", "summarize", "format_summary", "item_rows", "check_alpha"]
+           "holm", "gated_holm", "mcnemar_exact", "paired_change", "summarize", "format_summary", "item_rows", "check_alpha"]
 
 ALPHA = 0.05
 POWER = 0.8  # the power of the smallest detectable fall printed beside each verdict
@@ -51,7 +52,7 @@ SUMMARY_COLUMNS = (
     "peak", "final", "rise", "rise_ci_low", "rise_ci_high", "rise_mcnemar_p", "rise_flips_to_context",
     "rise_flips_to_parametric", "rise_n_pairs", "drop", "drop_ci_low", "drop_ci_high", "mcnemar_p",
     "flips_to_context", "flips_to_parametric", "n_pairs", "agree_task", "agree_peak", "agree_final", "agree_drop",
-    "agree_mcnemar_p", "design", "n_items", "p_rise", "p_fall", "p_inversion", "n_series_tested", "p_holm", "alpha",
+    "agree_mcnemar_p", "design", "n_items", "p_rise", "p_fall", "p_inversion", "n_series_tested", "family", "p_holm", "alpha",
     "min_detectable_fall", "inversion", "verdict",
 )
 
@@ -208,7 +209,7 @@ def summarize_series(points: list[dict], source: ItemSource, alpha: float = ALPH
                             f"series (steps {', '.join(map(str, steps))}): not tested")
             return s
         test = fixed_peak_test(table, steps.index(peak_step), alpha=alpha)
-        s["design"] = f"fixed peak at step {peak_step} (declared in advance)"
+        s["design"] = f"two lines at a peak declared in advance (step {peak_step})"
     else:
         test = whole_series_test(table)
         s["design"] = WHOLE_SERIES
@@ -244,16 +245,21 @@ def _variance(values) -> float:
     return sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)
 
 
-def apply_verdict(s: dict, p_holm: float, n_tested: int) -> None:
+def apply_verdict(s: dict, p_holm: float, n_tested: int, family: str = "all") -> None:
     """``p_holm``, ``inversion``, ``min_detectable_fall`` and ``verdict`` of a tested summary row,
-    given its adjusted p among the ``n_tested`` series of its family. Only "inversion" (and "loss of
-    reading", which replaces it) claims significance, from ``p_holm``; the rise's and the fall's
-    p-values are printed as unadjusted."""
+    given its adjusted p among the ``n_tested`` series of its family (``family``: ``all``, or
+    ``primary`` / ``secondary`` under ``--primary``). Only "inversion" (and "loss of reading", which
+    replaces it) claims significance, from ``p_holm``; the rise's and the fall's p-values are printed
+    as unadjusted."""
     alpha = s["alpha"]
     # the fall a series needs to be called an inversion among n_tested: Holm's first step, alpha / n
     mde = s["_mde"](alpha / n_tested)
-    s.update(p_holm=p_holm, n_series_tested=n_tested, min_detectable_fall=_nan_none(mde), inversion=False)
-    family = f"over {n_tested} series" if n_tested > 1 else "one series"
+    s.update(p_holm=p_holm, n_series_tested=n_tested, family=family, min_detectable_fall=_nan_none(mde),
+             inversion=False)
+    count = f"{n_tested} series" if n_tested > 1 else "one series"
+    family = {"all": f"over {count}" if n_tested > 1 else "one series",
+              "primary": f"over {n_tested} primary series" if n_tested > 1 else "one primary series",
+              "secondary": f"over {count} after the primary"}[family]
     raw = f"unadjusted: rise p={_fmt_p(s['p_rise'])}, fall p={_fmt_p(s['p_fall'])}"
     where = f"peak at step {s['peak_step']}"
     if p_holm < alpha and s.get("_agree_falls"):
@@ -307,12 +313,50 @@ def check_peak_step(rows: list[dict], peak_step: int | None) -> None:
                          f"(steps here: {', '.join(map(str, steps)) or 'none'}); pass one of: {shown}")
 
 
-def summarize(rows: list[dict], outs: list[Path] = (), alpha: float = ALPHA, peak_step: int | None = None) -> dict:
+def _is_primary(s: dict, names) -> bool:
+    return s["series"] in names or s["task"] in names
+
+
+def check_primary(rows: list[dict], primary) -> None:
+    """``--primary``: each name is a series label or a task of the summary's series; a SweepError of
+    one line otherwise."""
+    if not primary:
+        return
+    series = [pts for metric in (METRIC, GRADED_METRIC) for pts in _points(rows, metric).values()]
+    labels = sorted({p[0].get("series") or p[0]["task"] for p in series} | {p[0]["task"] for p in series})
+    for name in primary:
+        if name not in labels:
+            raise SweepError(f"--primary {name!r}: not a series or task of this summary; pass one of: "
+                             f"{', '.join(labels) or 'none (no series)'}")
+
+
+def gated_holm(pvalues: list[float], primary: list[bool]) -> list[float]:
+    """Adjusted p-values of a serial gatekeeper: Holm among the ``primary`` p-values, and Holm among
+    the rest, each of those at least the largest adjusted primary p (the rest are tested only once
+    every primary series is). The family-wise error rate stays at most alpha under any dependence
+    (a closed testing procedure); with no primary, or only primaries, it is Holm's."""
+    if not any(primary) or all(primary):
+        return holm(pvalues)
+    first = [i for i, flag in enumerate(primary) if flag]
+    rest = [i for i, flag in enumerate(primary) if not flag]
+    adjusted = [1.0] * len(pvalues)
+    for i, a in zip(first, holm([pvalues[i] for i in first])):
+        adjusted[i] = a
+    gate = max(adjusted[i] for i in first)
+    for i, a in zip(rest, holm([pvalues[i] for i in rest])):
+        adjusted[i] = max(gate, a)
+    return adjusted
+
+
+def summarize(rows: list[dict], outs: list[Path] = (), alpha: float = ALPHA, peak_step: int | None = None,
+              primary=()) -> dict:
     """One summary row per series of ``counterfactual_acc`` (task x run folder x settings), and of
     ``context_prob`` where the ``_mc`` tasks ran, keyed by the rows' ``series`` label; the samples
     are read from the stores of ``outs``. The series' p-values are Holm-adjusted together:
     "inversion" anywhere in the summary has probability at most ``alpha`` when no series rises
-    and falls. ``peak_step``: test every series at that step instead of over the whole series."""
+    and falls. ``peak_step``: test every series at that step instead of over the whole series.
+    ``primary``: series labels or task names declared primary in advance: they are adjusted among
+    themselves only, and the rest after them (``gated_holm``)."""
     source = ItemSource(list(outs))
     agree_rows = [r for r in rows if r["metric"] == AGREE_METRIC and twin_of(r["task"])]
     agree_tasks = {r["task"] for r in agree_rows}
@@ -327,8 +371,11 @@ def summarize(rows: list[dict], outs: list[Path] = (), alpha: float = ALPHA, pea
         s["series"] = label
         summary[label] = s
     tested = [s for s in summary.values() if s["p_inversion"] is not None]
-    for s, adjusted in zip(tested, holm([s["p_inversion"] for s in tested])):
-        apply_verdict(s, adjusted, len(tested))
+    flags = [_is_primary(s, primary or ()) for s in tested]
+    gated = any(flags) and not all(flags)
+    for s, flag, adjusted in zip(tested, flags, gated_holm([s["p_inversion"] for s in tested], flags)):
+        family = ("primary" if flag else "secondary") if gated else "all"
+        apply_verdict(s, adjusted, sum(1 for f in flags if f == flag) if gated else len(tested), family)
     for s in summary.values():
         s.pop("_agree_falls", None)
         s.pop("_mde", None)

@@ -18,10 +18,14 @@ centred per-item slopes, studentised in each draw, so that choosing the peak is 
 adjusted p at b (an intersection-union test: both must be small at one peak); the series' p is the
 smallest over b, and b is the peak the summary reports.
 
-``fixed_peak_test``: the peak declared in advance (``--peak_step``): the rise (peak minus first) and
-the fall (peak minus final) on all items, each one-sided, by an exact sign-flip test on the per-item
-differences (for 0/1 values this is the exact one-sided McNemar test; for graded values a Monte
-Carlo sign-flip test), with paired bootstrap intervals from the same items.
+``fixed_peak_test``: the peak declared in advance (``--peak_step``): the same two lines at that one
+peak, with no choice to pay for: the rise is each item's least-squares slope over the checkpoints from
+the first to the peak, the fall minus its slope from the peak to the last, each tested one-sided on
+all items by a sign-flip test of the per-item slopes (exact where every item that moved moved by the
+same amount: with only the peak between the first and the last checkpoint and 0/1 values, that is
+the exact one-sided McNemar test; else Monte Carlo). The estimates beside it are the changes between
+the three checkpoints (peak minus first, peak minus final) with paired bootstrap intervals from the
+same items. ``lines=False`` tests those changes themselves instead (three checkpoints only).
 
 ``min_detectable_fall``: the fall between two checkpoints that a one-sided paired test detects with
 the given power (normal approximation, outcomes at the two checkpoints independent given accuracy:
@@ -134,12 +138,14 @@ def binomial_tail(successes: int, failures: int) -> float:
 
 
 def sign_flip_p(diffs: np.ndarray, resamples: int = SIGN_FLIPS, seed: int = SIGN_FLIP_SEED) -> float:
-    """One-sided p of a mean of paired differences above 0, by flipping each item's sign: exact for
-    differences in {-1, 0, 1} (the binomial tail over the non-zero ones), else Monte Carlo with
-    ``resamples`` draws, p = (1 + draws at least as large) / (resamples + 1)."""
+    """One-sided p of a mean of paired values above 0, by flipping each item's sign: exact where every
+    non-zero value has the same size (the binomial tail over the non-zero ones; for differences in
+    {-1, 0, 1} the exact McNemar test), else Monte Carlo with ``resamples`` draws,
+    p = (1 + draws at least as large) / (resamples + 1)."""
     d = np.asarray(diffs, dtype=float)
-    if np.isin(d, (-1.0, 0.0, 1.0)).all():
-        return binomial_tail(int((d == 1).sum()), int((d == -1).sum()))
+    moved = np.abs(d[np.abs(d) > 1e-12])
+    if not len(moved) or np.allclose(moved, moved[0], rtol=1e-9, atol=0):
+        return binomial_tail(int((d > 1e-12).sum()), int((d < -1e-12).sum()))
     rng = np.random.default_rng(seed)
     observed, hits = d.sum(), 0
     for start in range(0, resamples, _CHUNK):
@@ -163,16 +169,19 @@ def bootstrap_interval(diffs: np.ndarray, alpha: float = ALPHA, resamples: int =
 
 
 def fixed_peak_test(values: Sequence[Sequence[float]], peak: int, first: int = 0, final: int = -1,
-                    alpha: float = ALPHA) -> dict:
+                    alpha: float = ALPHA, lines: bool = True) -> dict:
     """Rise and fall at a peak declared before looking, on all items.
 
     ``values``: items x checkpoints in step order (0/1 correctness or graded values in [0, 1]);
-    ``peak``, ``first``, ``final``: column indices (negative ones count from the end). Returns
-    ``rise`` (mean of peak minus first) and ``fall`` (mean of peak minus final), their one-sided
-    p-values ``p_rise`` (rise > 0) and ``p_fall`` (fall > 0) by the sign-flip test of
-    ``sign_flip_p`` (exact McNemar for 0/1 values), their 1 - alpha bootstrap intervals
-    (``rise_ci``, ``fall_ci``), ``p_inversion`` (the larger p: both must be small), and ``n``; all
-    from the same items. A ValueError of one line for a bad table or column."""
+    ``peak``, ``first``, ``final``: column indices (negative ones count from the end). The tests:
+    with ``lines`` (the default) each item's least-squares slope over the columns ``first..peak``
+    (the rise) and minus its slope over ``peak..final`` (the fall), so every checkpoint between
+    them counts; without, the changes peak minus first and peak minus final alone. Each is tested
+    one-sided (above 0) by ``sign_flip_p`` over the items. Returns ``rise`` (mean of peak minus
+    first) and ``fall`` (mean of peak minus final), ``p_rise``, ``p_fall``, their 1 - alpha
+    bootstrap intervals (``rise_ci``, ``fall_ci``), ``p_inversion`` (the larger p: both must be
+    small), ``n`` and ``test`` (``"two lines"`` or ``"endpoints"``); all from the same items. A
+    ValueError of one line for a bad table or column."""
     x = as_matrix(values)
     cols = x.shape[1]
     index = {}
@@ -184,10 +193,16 @@ def fixed_peak_test(values: Sequence[Sequence[float]], peak: int, first: int = 0
         raise ValueError(f"peak={peak}: must lie strictly between first={first} and final={final}")
     rise = x[:, index["peak"]] - x[:, index["first"]]
     fall = x[:, index["peak"]] - x[:, index["final"]]
-    p_rise, p_fall = sign_flip_p(rise), sign_flip_p(fall, seed=SIGN_FLIP_SEED + 1)
+    if lines:
+        rise_t = x @ slope_weights(index["first"], index["peak"], cols)
+        fall_t = -(x @ slope_weights(index["peak"], index["final"], cols))
+    else:
+        rise_t, fall_t = rise, fall
+    p_rise, p_fall = sign_flip_p(rise_t), sign_flip_p(fall_t, seed=SIGN_FLIP_SEED + 1)
     return {"rise": float(rise.mean()), "fall": float(fall.mean()), "p_rise": p_rise, "p_fall": p_fall,
             "rise_ci": bootstrap_interval(rise, alpha), "fall_ci": bootstrap_interval(fall, alpha, seed=SIGN_FLIP_SEED + 1),
-            "p_inversion": max(p_rise, p_fall), "n": int(x.shape[0]), **{k: index[k] for k in ("peak", "first", "final")}}
+            "p_inversion": max(p_rise, p_fall), "n": int(x.shape[0]), "test": "two lines" if lines else "endpoints",
+            **{k: index[k] for k in ("peak", "first", "final")}}
 
 
 # ---------------------------------------------------------------- what a test could have seen

@@ -16,7 +16,8 @@ from ..known import AGREE_METRIC, agree_twin
 from ..results import TIDY_COLUMNS, add_item_counts, rows_to_csv, tidy_rows
 from . import locks, store
 from .config import LOCK_TIMEOUT, SweepError
-from .stats import ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, check_peak_step, format_summary, item_rows, summarize
+from .stats import (ALPHA, ITEM_COLUMNS, SUMMARY_COLUMNS, check_peak_step, check_primary, format_summary, item_rows,
+                    summarize)
 from .ushape import wilson_interval
 from .model_args import model_args_string
 from .rescore import SCORER_KEY, read_samples, without_scorer
@@ -154,7 +155,7 @@ def _write_checkpoint_view(out: Path, name: str, records: list[dict]) -> None:
         tmp.rename(final)
 
 
-def rebuild_views(out: Path, alpha: float = ALPHA, peak_step: int | None = None) -> dict:
+def rebuild_views(out: Path, alpha: float = ALPHA, peak_step: int | None = None, primary=()) -> dict:
     """sweep.csv, sweep.json, inversion.png, manifest.json and checkpoints/<name>/, all from the
     store, under the views lock (so that an older rebuild never lands last)."""
     with locks.views_lock(out):
@@ -181,16 +182,16 @@ def rebuild_views(out: Path, alpha: float = ALPHA, peak_step: int | None = None)
         store.write_json(out / MANIFEST, manifest)
         rows = sweep_rows(out)
         fails = [{"checkpoint": f["name"], "path": f["path"], "run": f.get("run"), "error": f["error"]} for f in failures]
-        return write_outputs(out, rows, fails, stores=[out], alpha=alpha, peak_step=peak_step)
+        return write_outputs(out, rows, fails, stores=[out], alpha=alpha, peak_step=peak_step, primary=primary)
 
 
 def write_outputs(out: Path, rows: list[dict], failures: list[dict], settings: dict | None = None, *,
-                  stores: list[Path] = (), alpha: float = ALPHA, peak_step: int | None = None) -> dict:
+                  stores: list[Path] = (), alpha: float = ALPHA, peak_step: int | None = None, primary=()) -> dict:
     """sweep.csv, sweep.json, inversion.png and the per-series summary (summary.csv, with the paired
     tests on the samples kept in the stores of ``stores``; ``peak_step``: a peak declared in
-    advance), from the rows."""
+    advance; ``primary``: series declared primary), from the rows."""
     label_series(rows)
-    summary = summarize(rows, stores, alpha, peak_step)
+    summary = summarize(rows, stores, alpha, peak_step, primary)
     atomic_write(out / "sweep.csv", rows_to_csv(rows, SWEEP_COLUMNS))
     atomic_write(out / SUMMARY, rows_to_csv(list(summary.values()), SUMMARY_COLUMNS))
     # the stores the samples came from: a later report of a merged folder finds them again
@@ -429,13 +430,14 @@ def _output_rows(out: Path) -> tuple[list[dict], list[dict], list[Path]]:
 
 
 def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, items: bool = False,
-           mixed_scorers: bool = False, peak_step: int | None = None) -> dict:
+           mixed_scorers: bool = False, peak_step: int | None = None, primary=()) -> dict:
     """Merge sweep outputs (shards, other machines) into ``target`` and redraw the plot. The same
     result seen in two outputs counts once; one checkpoint scored from different contents is
     refused; a task with rows of several settings is split into one series per settings. The
     summary's paired tests read the samples in the stores; ``items`` also writes items.csv;
     ``peak_step`` tests each series at a peak declared in advance (a SweepError if no series has
-    a checkpoint there).
+    a checkpoint there); ``primary``: series or tasks declared primary (a SweepError if one is not in
+    the summary).
 
     Outputs with a store are merged store into store (``target`` gets every result it lacks, and
     its views are rebuilt from its store, so it can be resumed or merged again); outputs of an
@@ -465,6 +467,8 @@ def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, item
         failures += out_failures
     _check_scorers(rows, mixed_scorers)
     check_peak_step(rows, peak_step)  # before anything is written
+    label_series(rows)
+    check_primary(rows, primary)
     split = sorted({r["task"] for r in rows if len({x.get("settings") for x in rows if x["task"] == r["task"]}) > 1})
     if split:
         log(f"cf-tasks: {', '.join(split)}: rows under different evaluation settings (limit, metadata, chat template, "
@@ -474,11 +478,12 @@ def report(outs: list[Path], target: Path, log=print, alpha: float = ALPHA, item
     if all((out / store.STORE).is_dir() for out in outs):
         for out in outs:
             store.merge_store(out, target)
-        summary = rebuild_views(target, alpha=alpha, peak_step=peak_step)
+        summary = rebuild_views(target, alpha=alpha, peak_step=peak_step, primary=primary)
         rows, stores = sweep_rows(target), [target]
     else:
         rows.sort(key=_row_order)
-        summary = write_outputs(target, rows, failures, stores=stores, alpha=alpha, peak_step=peak_step)
+        summary = write_outputs(target, rows, failures, stores=stores, alpha=alpha, peak_step=peak_step,
+                                primary=primary)
     if summary:
         log(format_summary(summary))
     if items:
