@@ -22,6 +22,7 @@ from ..files import atomic_write
 DEFAULT_PROJECT = "cf-tasks"
 STEP_METRIC = "train/global_step"  # transformers' W&B integration's step axis: the curves share it
 SUMMARY_TAG = "cf_tasks/summary"
+REACH_TIMEOUT = 10.0  # seconds an MLflow tracking server has to answer before a sweep starts
 
 
 class TrackerError(CFTasksError, ValueError):
@@ -175,6 +176,22 @@ class MLflow(Tracker):
             reason = " ".join(str(err).split())[:400]
             raise TrackerError(f"--report_to mlflow: tracking URI {redact_uri(self.uri())} cannot be used ({reason}); "
                                "pass --report_args mlflow.tracking_uri=URI (a server, or sqlite:///PATH)") from None
+        if self.uri().lower().startswith(("http://", "https://")):
+            self._reach_server()
+
+    def _reach_server(self) -> None:
+        """A tracking server that does not answer at all is refused now, in one line: MLflow's client
+        retries a refused connection for minutes before it gives up. Any HTTP answer (even an error
+        status) counts as reachable; the environment's proxy settings apply, as they do for MLflow."""
+        import requests
+
+        try:
+            requests.get(self.uri().rstrip("/") + "/health", timeout=REACH_TIMEOUT, allow_redirects=False)
+        except requests.RequestException as err:
+            reason = type(err).__name__
+            raise TrackerError(f"--report_to mlflow: the tracking server {redact_uri(self.uri())} does not answer "
+                               f"({reason}); start it, fix --report_args "
+                               "mlflow.tracking_uri=URI, or drop mlflow from --report_to") from None
 
     def _run_file(self) -> Path | None:
         return self.out / "logged" / f"mlflow-run-{_digest(self.uri() + '|' + self.experiment())}.json" if self.out else None
