@@ -16,8 +16,8 @@ from cf_tasks.cli import main
 from cf_tasks.sweep import SweepConfig, run_sweep
 from cf_tasks.trackers.reporter import LEDGER
 from test_trackers import (  # noqa: F401 (fixtures)
-    METRIC, PROJECT, SECRET, STEPS, TASK, needs, offline_trackers, run3, tensorboard_points, trackio_points,
-    wandb_records,
+    INSTALLED, METRIC, PROJECT, SECRET, STEPS, TASK, needs, offline_trackers, read_back, run3, tensorboard_points,
+    trackio_points, wandb_records,
 )
 from tiny_model import build_full_checkpoint
 
@@ -174,3 +174,30 @@ def test_a_sweep_joins_a_trackio_run_by_its_name(run3, tmp_path, offline_tracker
     assert _sweep(run3, tmp_path / "out", "trackio", f"project={PROJECT},trackio.run_name=trainer-run") == 0
     assert [s for s, _ in trackio_points(PROJECT, METRIC)] == STEPS  # one run holds both
     assert [s for s, _ in trackio_points(PROJECT, "train/loss")] == STEPS
+
+
+# ---------------------------------------------------------------- two shards at the same time
+@pytest.mark.slow
+@pytest.mark.skipif(not INSTALLED, reason="no tracker is installed (pip install 'cf-tasks[trackers]')")
+def test_two_shards_at_once_log_each_checkpoint_once(run3, tmp_path, offline_trackers):
+    """Two ``cf-tasks sweep`` processes into one output folder at once: each scores its shard, and each
+    sees the other's results in the store; the ledger lets one of them log each."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-m", "cf_tasks.cli", "sweep", str(run3), "--tasks", TASK,
+                               "--output_path", str(out), "--limit", "2", "--no_agree", "--backend", "hf",
+                               "--device", "cpu", "--shard", shard, "--report_to", offline_trackers,
+                               "--report_args", f"project={PROJECT}"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for shard in ("0/2", "1/2")]
+    done = [p.communicate(timeout=500) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in done]
+    for _, err in done:
+        assert "warning" not in err and SECRET not in err, err[-1500:]
+    assert _stored(out) == STEPS
+    for name in INSTALLED:
+        assert [s for s, _ in read_back(name, out, METRIC)] == STEPS, name  # each checkpoint once, at its step
