@@ -9,6 +9,7 @@ import csv
 import importlib.util
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -164,16 +165,25 @@ def _history(path: Path) -> list[dict]:
 
 
 @needs["trackio"]
-def test_a_sweep_joins_a_trackio_run_by_its_name(run3, tmp_path, offline_trackers):
+def test_a_sweep_joins_a_trackio_run_by_its_name(run3, tmp_path, offline_trackers, monkeypatch, capfd):
     import trackio
 
-    run = trackio.init(project=PROJECT, name="trainer-run")
+    from trackio.sqlite_storage import SQLiteStorage
+
+    run = trackio.init(project=PROJECT, name="trainer-run", auto_log_cpu=False, auto_log_gpu=False)
     for step in STEPS:
         run.log({"train/loss": 2.0 - step / 1000}, step=step)
     run.finish()
+    init = mock.create_autospec(trackio.init, side_effect=trackio.init)
+    monkeypatch.setattr(trackio, "init", init)
+    capfd.readouterr()
     assert _sweep(run3, tmp_path / "out", "trackio", f"project={PROJECT},trackio.run_name=trainer-run") == 0
+    init.assert_called_once_with(project=PROJECT, name="trainer-run", resume="allow", auto_log_cpu=False,
+                                 auto_log_gpu=False)  # the scorer's CPU and GPU load stay out of the trainer's run
     assert [s for s, _ in trackio_points(PROJECT, METRIC)] == STEPS  # one run holds both
     assert [s for s, _ in trackio_points(PROJECT, "train/loss")] == STEPS
+    assert not SQLiteStorage.get_system_logs(PROJECT, "trainer-run")
+    assert "Trackio" not in capfd.readouterr().out  # trackio's progress lines keep off the sweep's stdout
 
 
 # ---------------------------------------------------------------- two shards at the same time
@@ -196,8 +206,9 @@ def test_two_shards_at_once_log_each_checkpoint_once(run3, tmp_path, offline_tra
              for shard in ("0/2", "1/2")]
     done = [p.communicate(timeout=500) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in done]
-    for _, err in done:
+    for printed, err in done:
         assert "warning" not in err and SECRET not in err, err[-1500:]
+        assert "sweep: " in printed and "Trackio" not in printed, printed  # stdout: the sweep's own lines
     assert _stored(out) == STEPS
     for name in INSTALLED:
         assert [s for s, _ in read_back(name, out, METRIC)] == STEPS, name  # each checkpoint once, at its step

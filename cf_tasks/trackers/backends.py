@@ -9,10 +9,12 @@ folder's ``tensorboard/``)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import sys
 from functools import cached_property
 from pathlib import Path
 
@@ -256,7 +258,10 @@ class Trackio(Tracker):
         import trackio
 
         project, name = self.names()
-        self.run = trackio.init(project=project, name=name, resume="allow")
+        # No CPU / GPU sampling: a joined run is the trainer's, and the scorer's load is not its. Trackio
+        # prints its progress; it goes to stderr, so stdout keeps the sweep's own lines.
+        with contextlib.redirect_stdout(sys.stderr):
+            self.run = trackio.init(project=project, name=name, resume="allow", auto_log_cpu=False, auto_log_gpu=False)
 
     def log(self, metrics, step):
         self.run.log(metrics, step=step)
@@ -269,7 +274,12 @@ class Trackio(Tracker):
 
     def close(self):
         if getattr(self, "run", None) is not None:
-            self.run.finish()
+            import trackio
+
+            with contextlib.redirect_stdout(sys.stderr):
+                # trackio.finish: the current run (this one, which init made current), finished and let go,
+                # so that trackio does not finish it again, on stdout, when Python exits
+                trackio.finish()
 
 
 ADAPTERS = {t.name: t for t in (TensorBoard, WandB, MLflow, Trackio)}
