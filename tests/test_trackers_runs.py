@@ -212,3 +212,30 @@ def test_two_shards_at_once_log_each_checkpoint_once(run3, tmp_path, offline_tra
     assert _stored(out) == STEPS
     for name in INSTALLED:
         assert [s for s, _ in read_back(name, out, METRIC)] == STEPS, name  # each checkpoint once, at its step
+
+
+# ---------------------------------------------------------------- a rerun with other settings
+@needs["tensorboard"]
+def test_a_rerun_with_other_settings_is_refused_before_any_model_loads_not_mixed_into_one_curve(
+        run3, tmp_path, capsys, monkeypatch):
+    """The store keeps both settings' results; a tracker run keeps one setting's curve."""
+    import cf_tasks.sweep.plan as plan
+
+    out = tmp_path / "out"
+    assert _sweep(run3, out, "tensorboard", None) == 0  # --limit 2
+    first = tensorboard_points(out / "tensorboard", METRIC)
+    real, loads = plan.make_backend, []
+    monkeypatch.setattr(plan, "make_backend", lambda *a: loads.append(a))
+    capsys.readouterr()
+    args = ["sweep", str(run3), "--tasks", TASK, "--output_path", str(out), "--limit", "3", "--no_agree",
+            "--backend", "hf", "--report_to", "tensorboard"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds cf_capitals scored under other settings" in err[0], err
+    assert "tensorboard.log_dir=DIR" in err[0] and not loads
+    assert tensorboard_points(out / "tensorboard", METRIC) == first  # one point per step, as before
+    monkeypatch.setattr(plan, "make_backend", real)
+    assert main([*args, "--report_args", f"tensorboard.log_dir={tmp_path / 'limit3'}", "--quiet"]) == 0
+    assert [s for s, _ in tensorboard_points(tmp_path / "limit3", METRIC)] == STEPS
+    assert _sweep(run3, out, "tensorboard", None) == 0  # the first settings again: nothing new to log
+    assert tensorboard_points(out / "tensorboard", METRIC) == first

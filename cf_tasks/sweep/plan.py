@@ -157,6 +157,10 @@ class SweepRun:
             self.settings = task_settings(cfg, self.tm, self.model_args)
         self.hashes = {t: store.settings_hash(s) for t, s in self.settings.items()}
         self.claim_key = store.settings_hash(self.hashes)
+        try:  # a tracker run that holds a task under other settings would mix two curves
+            self.reporter.check_settings(self.hashes)
+        except TrackerError as err:
+            raise SweepError(str(err)) from None
         try:
             # store/ from the start: a run that selects no checkpoint (a shard beyond the checkpoints,
             # a --watch stopped before the first save) leaves a folder that the next sweep accepts.

@@ -261,7 +261,8 @@ class Trackio(Tracker):
         # No CPU / GPU sampling: a joined run is the trainer's, and the scorer's load is not its. Trackio
         # prints its progress; it goes to stderr, so stdout keeps the sweep's own lines.
         with contextlib.redirect_stdout(sys.stderr):
-            self.run = trackio.init(project=project, name=name, resume="allow", auto_log_cpu=False, auto_log_gpu=False)
+            self.run = trackio.init(project=project, name=name, resume="allow", auto_log_cpu=False,
+                                    auto_log_gpu=False)
 
     def log(self, metrics, step):
         self.run.log(metrics, step=step)
