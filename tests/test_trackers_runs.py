@@ -72,6 +72,29 @@ def test_a_bad_report_args_exits_2_in_one_line_before_any_model_loads(one_checkp
     assert seconds < 60, seconds  # not MLflow's minutes of retries
 
 
+@needs["mlflow"]
+def test_an_mlflow_server_that_answers_passes_the_check_and_a_refusal_hides_its_password(tmp_path):
+    """Any HTTP answer (here a 404 from a plain file server) counts as reachable; the refusal of a server
+    that does not answer never shows the URI's password."""
+    import http.server
+    import threading
+
+    from cf_tasks.trackers import TrackerError, check
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}"
+        assert check("mlflow", f"mlflow.tracking_uri={uri}", out=tmp_path) == {"mlflow": {"tracking_uri": uri}}
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(TrackerError) as refused:
+        check("mlflow", "mlflow.tracking_uri=http://me:hunter2secret@127.0.0.1:9", out=tmp_path)
+    assert "does not answer" in str(refused.value) and "hunter2secret" not in str(refused.value)
+    assert "http://***@127.0.0.1:9" in str(refused.value)
+
+
 def test_eval_with_a_missing_tracker_exits_2_naming_its_extra_before_any_model_loads(tiny_model, capsys,
                                                                                      monkeypatch):
     import cf_tasks.evaluate
