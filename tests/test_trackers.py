@@ -178,9 +178,19 @@ def test_a_missing_tracker_exits_2_naming_its_extra_before_any_model_loads(tiny_
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "pip install 'cf-tasks[wandb]'" in err[0], err
     assert not loads and not (tmp_path / "out").exists()
+
+
+@needs["tensorboard"]
+def test_eval_refuses_a_bad_report_args_in_one_line_before_any_model_loads(tiny_model, capsys, monkeypatch):
+    import cf_tasks.evaluate
+
+    loads = []
+    monkeypatch.setattr(cf_tasks.evaluate, "run_lm_eval", lambda *a, **k: loads.append(a))
     code = main(["eval", "--model_args", f"pretrained={tiny_model}", "--tasks", TASK, "--report_to", "tensorboard",
                  "--report_args", "tensorboard.logdir=x"])
-    assert code == 2 and "not a tensorboard key" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not a tensorboard key" in err[0], err
+    assert not loads
 
 
 def test_points_keep_the_logged_metrics_at_their_steps():
