@@ -12,7 +12,7 @@ import pytest
 
 from cf_tasks.cli import main
 from cf_tasks.sweep import SweepConfig, run_sweep
-from cf_tasks.trackers import TrackerError, check, parse_report_args, parse_report_to
+from cf_tasks.trackers import LOGGED_METRICS, TrackerError, check, parse_report_args, parse_report_to
 from cf_tasks.trackers.reporter import LEDGER, Reporter, points, redact
 from tiny_model import build_full_checkpoint
 
@@ -286,6 +286,13 @@ def test_a_sweep_logs_each_checkpoint_once_and_a_rerun_logs_nothing_new(run3, tm
     assert [s for s, _ in expected] == STEPS
     for name in INSTALLED:
         assert read_back(name, out, METRIC) == expected, name
+    logged = [r for r in csv.DictReader((out / "sweep.csv").open()) if r["metric"] in LOGGED_METRICS and r["value"]]
+    metrics = sorted({r["metric"] for r in logged})
+    assert {"counterfactual_acc", "parametric_acc", "known_rate"} <= set(metrics), metrics
+    for metric in metrics:  # every logged metric, each checkpoint once at its step
+        want = sorted((int(r["step"]), round(float(r["value"]), 6)) for r in logged if r["metric"] == metric)
+        for name in INSTALLED:
+            assert read_back(name, out, f"{TASK}/{metric}") == want, (name, metric)
     ledger = sorted(p.name for p in (out / LEDGER).rglob("*.json") if not p.name.startswith("mlflow-run"))
     assert _sweep(run3, out, offline_trackers, report_args=f"project={PROJECT}") == 0  # all logged already
     assert sorted(p.name for p in (out / LEDGER).rglob("*.json") if not p.name.startswith("mlflow-run")) == ledger

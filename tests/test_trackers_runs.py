@@ -74,8 +74,8 @@ def test_a_bad_report_args_exits_2_in_one_line_before_any_model_loads(one_checkp
 
 @needs["mlflow"]
 def test_an_mlflow_server_that_answers_passes_the_check_and_a_refusal_hides_its_password(tmp_path):
-    """Any HTTP answer (here a 404 from a plain file server) counts as reachable; the refusal of a server
-    that does not answer never shows the URI's password."""
+    """Any HTTP answer (here a 404 from a plain file server) or TLS handshake counts as reachable; the
+    refusal of a server that does not answer never shows the URI's password."""
     import http.server
     import threading
 
@@ -86,6 +86,8 @@ def test_an_mlflow_server_that_answers_passes_the_check_and_a_refusal_hides_its_
     try:
         uri = f"http://127.0.0.1:{server.server_address[1]}"
         assert check("mlflow", f"mlflow.tracking_uri={uri}", out=tmp_path) == {"mlflow": {"tracking_uri": uri}}
+        tls = uri.replace("http:", "https:")  # a TLS handshake that fails is an answer too (a certificate to accept)
+        assert check("mlflow", f"mlflow.tracking_uri={tls}", out=tmp_path) == {"mlflow": {"tracking_uri": tls}}
     finally:
         server.shutdown()
         server.server_close()

@@ -184,12 +184,15 @@ class MLflow(Tracker):
     def _reach_server(self) -> None:
         """A tracking server that does not answer at all is refused now, in one line: MLflow's client
         retries a refused connection for minutes before it gives up. Any HTTP answer (even an error
-        status) counts as reachable; the environment's proxy settings apply, as they do for MLflow."""
+        status, or a TLS certificate MLflow may be told to accept) counts as reachable; the environment's
+        proxy settings apply, as they do for MLflow."""
         import requests
 
         try:
             requests.get(self.uri().rstrip("/") + "/health", timeout=REACH_TIMEOUT, allow_redirects=False)
-        except requests.RequestException as err:
+        except requests.exceptions.SSLError:
+            return  # it answered; MLFLOW_TRACKING_INSECURE_TLS or a certificate path may settle the rest
+        except (requests.ConnectionError, requests.Timeout) as err:
             reason = type(err).__name__
             raise TrackerError(f"--report_to mlflow: the tracking server {redact_uri(self.uri())} does not answer "
                                f"({reason}); start it, fix --report_args "
