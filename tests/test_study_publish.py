@@ -175,3 +175,21 @@ def test_the_compare_png_shows_each_studys_lines(tmp_path):
         assert close.sum() > 1500, (colour, close.sum())
         # the low study's lines lie in the lower part of the panel, the high study's in the upper
         assert (rows.mean() > height / 2) == (level < 0.5), (colour, rows)
+
+
+def test_compare_reads_a_published_study_from_the_hub(tmp_path, monkeypatch):
+    """A repo id is read through huggingface_hub (here its download stands in for the network) and drawn
+    under its own name beside a local folder."""
+    from unittest import mock
+
+    import huggingface_hub
+
+    local, published = _synthetic_study(tmp_path / "local", 0.1), _synthetic_study(tmp_path / "hub_copy", 0.7)
+    download = mock.create_autospec(huggingface_hub.hf_hub_download, return_value=str(published / "sweep.csv"))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    read, drawn = compare([str(local), "my-org/study-b"], tmp_path / "cmp")
+    download.assert_called_once_with("my-org/study-b", "sweep.csv", repo_type="dataset")
+    assert [label for label, _ in read] == ["local", "my-org/study-b"]
+    assert f"{TASK} my-org/study-b: counterfactual_acc" in drawn
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert table.groupby("study")["value"].mean().round(2).to_dict() == {"local": 0.15, "my-org/study-b": 0.75}
