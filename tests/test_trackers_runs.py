@@ -122,6 +122,7 @@ def fresh_wandb():
     wandb.teardown()
 
 
+@pytest.mark.slow
 @needs["wandb"]
 def test_wandb_online_without_a_network_is_one_warning_and_every_result_is_kept(run3, tmp_path, monkeypatch, capfd,
                                                                                 fresh_wandb):
