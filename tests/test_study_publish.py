@@ -13,7 +13,7 @@ import pytest
 
 from cf_tasks.cli import main
 from cf_tasks.sweep import SweepConfig, run_sweep
-from cf_tasks.sweep.compare import compare
+from cf_tasks.sweep.compare import compare, draw_studies
 from tiny_model import build_full_checkpoint
 
 TASK = "cf_capitals"
@@ -47,10 +47,15 @@ def test_a_dry_run_publish_loads_back_into_sweep_csvs_rows(studies, tmp_path, mo
     loaded = datasets.load_dataset(str(repo), "sweep", split="train", cache_dir=str(tmp_path / "cache")).to_pandas()
     expected = pd.read_csv(studies[0] / "sweep.csv")
     pd.testing.assert_frame_equal(loaded[list(expected.columns)], expected, check_dtype=False)
-    assert len(datasets.load_dataset(str(repo), "summary", split="train", cache_dir=str(tmp_path / "cache"))) == len(pd.read_csv(studies[0] / "summary.csv"))
+    expected_steps = sorted(expected["step"].unique())
+    summary = datasets.load_dataset(str(repo), "summary", split="train", cache_dir=str(tmp_path / "cache")).to_pandas()
+    expected = pd.read_csv(studies[0] / "summary.csv")
+    assert len(expected) == 1 and expected["verdict"].notna().all()
+    pd.testing.assert_frame_equal(summary[list(expected.columns)], expected, check_dtype=False)
     items = datasets.load_dataset(str(repo), "items", split="train", cache_dir=str(tmp_path / "cache"))
     assert len(items) == 3 * 2  # three checkpoints x two items
     assert set(items["task"]) == {TASK}
+    assert {(r["step"], r["task"]) for r in items} == {(int(s), TASK) for s in expected_steps}
     card = (repo / "README.md").read_text()
     assert "config_name: sweep" in card and TASK in card and "Goyal et al." in card
     settings = (repo / "settings.json").read_text()
@@ -78,6 +83,17 @@ def test_compare_draws_both_studies_a_sweep_and_a_published_copy(studies, tmp_pa
     assert [label for label, _ in read] == ["study_a", "published_b"]
     for label in ("study_a", "published_b"):
         assert any(f"{TASK} {label}: counterfactual_acc" == line for line in drawn), drawn
+    fig, _ = draw_studies(read)  # the figure's own lines: each study's sweep.csv points, in a colour of its own
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    colours = set()
+    for label, study in (("study_a", studies[0]), ("published_b", studies[1])):
+        for metric in ("counterfactual_acc", "parametric_acc"):
+            frame = pd.read_csv(study / "sweep.csv").query("metric == @metric").sort_values("step")
+            line = lines[f"{label}: {metric}"]
+            assert list(line.get_xdata()) == list(frame["step"]) == [10, 20, 30]
+            assert list(line.get_ydata()) == pytest.approx(list(frame["value"]))
+        colours.add(line.get_color())
+    assert len(colours) == 2
     assert (target / "compare.png").stat().st_size > 0
     table = list(csv.DictReader((target / "compare.csv").open()))
     assert {r["study"] for r in table} == {"study_a", "published_b"}
@@ -131,3 +147,49 @@ def test_compare_of_an_unreachable_published_study_is_one_line(studies, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "my-org/not-here: cannot read the published study" in err[0], err
     assert not (tmp_path / "c").exists()
+
+
+def _synthetic_study(folder: Path, level: float) -> Path:
+    folder.mkdir()
+    rows = [{"run": "r", "checkpoint": f"checkpoint-{s}", "step": s, "task": TASK, "metric": m, "value": level + d,
+             "version": 1, "scorer_version": 1} for s in (10, 20, 30) for m, d in (("counterfactual_acc", 0.0),
+                                                                                   ("parametric_acc", 0.1))]
+    pd.DataFrame(rows).to_csv(folder / "sweep.csv", index=False)
+    return folder
+
+
+def test_the_compare_png_shows_each_studys_lines(tmp_path):
+    """The written PNG itself holds both studies' lines: pixels of each study's colour, far more than
+    its legend entries alone would paint."""
+    import matplotlib.colors
+    import matplotlib.image
+    import numpy as np
+
+    low, high = _synthetic_study(tmp_path / "low", 0.1), _synthetic_study(tmp_path / "high", 0.7)
+    assert main(["report", "--compare", str(low), str(high), "--output_path", str(tmp_path / "cmp")]) == 0
+    image = matplotlib.image.imread(tmp_path / "cmp" / "compare.png")[..., :3]
+    height = image.shape[0]
+    for colour, level in (("C0", 0.1), ("C1", 0.7)):  # the first study's colour, the second's
+        close = np.abs(image - np.array(matplotlib.colors.to_rgb(colour))).max(axis=2) < 0.08
+        rows = np.nonzero(close.sum(axis=1) > 40)[0]  # the rows a line runs along
+        assert close.sum() > 1500, (colour, close.sum())
+        # the low study's lines lie in the lower part of the panel, the high study's in the upper
+        assert (rows.mean() > height / 2) == (level < 0.5), (colour, rows)
+
+
+def test_compare_reads_a_published_study_from_the_hub(tmp_path, monkeypatch):
+    """A repo id is read through huggingface_hub (here its download stands in for the network) and drawn
+    under its own name beside a local folder."""
+    from unittest import mock
+
+    import huggingface_hub
+
+    local, published = _synthetic_study(tmp_path / "local", 0.1), _synthetic_study(tmp_path / "hub_copy", 0.7)
+    download = mock.create_autospec(huggingface_hub.hf_hub_download, return_value=str(published / "sweep.csv"))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    read, drawn = compare([str(local), "my-org/study-b"], tmp_path / "cmp")
+    download.assert_called_once_with("my-org/study-b", "sweep.csv", repo_type="dataset")
+    assert [label for label, _ in read] == ["local", "my-org/study-b"]
+    assert f"{TASK} my-org/study-b: counterfactual_acc" in drawn
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert table.groupby("study")["value"].mean().round(2).to_dict() == {"local": 0.15, "my-org/study-b": 0.75}

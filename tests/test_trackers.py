@@ -12,13 +12,14 @@ import pytest
 
 from cf_tasks.cli import main
 from cf_tasks.sweep import SweepConfig, run_sweep
-from cf_tasks.trackers import TrackerError, check, parse_report_args, parse_report_to
+from cf_tasks.trackers import LOGGED_METRICS, TrackerError, check, parse_report_args, parse_report_to
 from cf_tasks.trackers.reporter import LEDGER, Reporter, points, redact
 from tiny_model import build_full_checkpoint
 
 QUIET = dict(log=lambda *a, **k: None)
 TRACKERS = ("tensorboard", "mlflow", "trackio", "wandb")
 SECRET = "wandbkey" + "x" * 32
+HF_SECRET = "hf_TrackerTestTokenThatMustNeverBeWritten"
 STEPS = [100, 200, 300]
 TASK = "cf_capitals"
 METRIC = f"{TASK}/counterfactual_acc"
@@ -104,6 +105,47 @@ def wandb_points(out: Path, tag: str) -> list[tuple[int, float]]:
     return sorted(found)
 
 
+def summaries(name: str, out: Path) -> dict[str, str]:
+    """The summary's verdicts as tracker ``name`` holds them ({"<series>/verdict": value}), through its
+    own API: TensorBoard's text entry, MLflow's run tags, Trackio's ``summary/`` metrics (a number
+    each: the verdict itself is not a number, its ``inversion`` flag is), W&B's summary records."""
+    import json
+
+    if name == "tensorboard":
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        found = {}
+        for events in sorted((out / "tensorboard").glob("events.out.tfevents.*")):
+            acc = EventAccumulator(str(events))
+            acc.Reload()
+            for tag in acc.Tags()["tensors"]:
+                if tag.startswith("cf_tasks/summary"):
+                    for event in acc.Tensors(tag):
+                        for line in event.tensor_proto.string_val[0].decode().splitlines()[2:]:
+                            _, key, value, _ = line.split("|")
+                            found[key.strip()] = value.strip()
+        return found
+    if name == "mlflow":
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+        (run,) = client.search_runs([client.get_experiment_by_name(PROJECT).experiment_id])
+        return dict(run.data.tags)
+    if name == "trackio":
+        from trackio.sqlite_storage import SQLiteStorage
+
+        (run,) = SQLiteStorage.get_runs(PROJECT)
+        return {k[len("summary/"):]: str(v) for row in SQLiteStorage.get_logs(PROJECT, run) for k, v in row.items()
+                if k.startswith("summary/")}
+    found = {}
+    for path in sorted(out.rglob("*.wandb")):
+        for record in wandb_records(path):
+            if record.WhichOneof("record_type") == "summary":
+                for item in record.summary.update:
+                    found[item.key or "/".join(item.nested_key)] = str(json.loads(item.value_json))
+    return found
+
+
 # ---------------------------------------------------------------- arguments
 def test_report_to_names_and_report_args_are_checked():
     assert parse_report_to(None) == parse_report_to("none") == []
@@ -136,9 +178,19 @@ def test_a_missing_tracker_exits_2_naming_its_extra_before_any_model_loads(tiny_
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "pip install 'cf-tasks[wandb]'" in err[0], err
     assert not loads and not (tmp_path / "out").exists()
+
+
+@needs["tensorboard"]
+def test_eval_refuses_a_bad_report_args_in_one_line_before_any_model_loads(tiny_model, capsys, monkeypatch):
+    import cf_tasks.evaluate
+
+    loads = []
+    monkeypatch.setattr(cf_tasks.evaluate, "run_lm_eval", lambda *a, **k: loads.append(a))
     code = main(["eval", "--model_args", f"pretrained={tiny_model}", "--tasks", TASK, "--report_to", "tensorboard",
                  "--report_args", "tensorboard.logdir=x"])
-    assert code == 2 and "not a tensorboard key" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not a tensorboard key" in err[0], err
+    assert not loads
 
 
 def test_points_keep_the_logged_metrics_at_their_steps():
@@ -214,20 +266,33 @@ def offline_trackers(tmp_path, monkeypatch):
 def _no_secret_in(folder: Path) -> None:
     for path in folder.rglob("*"):
         if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
+            assert SECRET.encode() not in path.read_bytes() and HF_SECRET.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.skipif(not INSTALLED, reason="no tracker is installed (pip install 'cf-tasks[trackers]')")
-def test_a_sweep_logs_each_checkpoint_once_and_a_rerun_logs_nothing_new(run3, tmp_path, offline_trackers):
+def test_a_sweep_logs_each_checkpoint_once_and_a_rerun_logs_nothing_new(run3, tmp_path, offline_trackers, capfd,
+                                                                        monkeypatch):
     import csv
 
+    monkeypatch.setenv("HF_TOKEN", HF_SECRET)
     out = tmp_path / "out"
-    assert _sweep(run3, out, offline_trackers, report_args=f"project={PROJECT}") == 0
+    said = []
+    assert run_sweep(SweepConfig(run_dir=run3, tasks=[TASK], output_path=out, limit=2, agree=False,
+                                 report_to=offline_trackers, report_args=f"project={PROJECT}"),
+                     log=lambda *a, **k: said.append(" ".join(map(str, a)))) == 0
+    assert said and not [line for line in said if "warning" in line], said
     rows = [r for r in csv.DictReader((out / "sweep.csv").open()) if r["metric"] == "counterfactual_acc"]
     expected = sorted((int(r["step"]), round(float(r["value"]), 6)) for r in rows)
     assert [s for s, _ in expected] == STEPS
     for name in INSTALLED:
         assert read_back(name, out, METRIC) == expected, name
+    logged = [r for r in csv.DictReader((out / "sweep.csv").open()) if r["metric"] in LOGGED_METRICS and r["value"]]
+    metrics = sorted({r["metric"] for r in logged})
+    assert {"counterfactual_acc", "parametric_acc", "known_rate"} <= set(metrics), metrics
+    for metric in metrics:  # every logged metric, each checkpoint once at its step
+        want = sorted((int(r["step"]), round(float(r["value"]), 6)) for r in logged if r["metric"] == metric)
+        for name in INSTALLED:
+            assert read_back(name, out, f"{TASK}/{metric}") == want, (name, metric)
     ledger = sorted(p.name for p in (out / LEDGER).rglob("*.json") if not p.name.startswith("mlflow-run"))
     assert _sweep(run3, out, offline_trackers, report_args=f"project={PROJECT}") == 0  # all logged already
     assert sorted(p.name for p in (out / LEDGER).rglob("*.json") if not p.name.startswith("mlflow-run")) == ledger
@@ -239,7 +304,18 @@ def test_a_sweep_logs_each_checkpoint_once_and_a_rerun_logs_nothing_new(run3, tm
         client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
         run = client.search_runs([client.get_experiment_by_name(PROJECT).experiment_id])[0]
         assert run.data.tags[f"{TASK}/verdict"]  # the summary's verdict, at the end
+    (summary,) = csv.DictReader((out / "summary.csv").open())
+    for name in INSTALLED:  # the summary's verdicts at the end, in each tracker
+        held = summaries(name, out)
+        if name == "trackio":  # numbers only: the inversion flag stands for the verdict
+            assert float(held[f"{TASK}/inversion"]) == float(summary["inversion"] == "True"), held
+        else:
+            assert held[f"{TASK}/verdict"] == summary["verdict"] and summary["verdict"], (name, held)
+        assert f"{TASK}/peak_step" in held, (name, held)
     _no_secret_in(tmp_path)
+    printed = capfd.readouterr()
+    for text in [printed.out, printed.err, *said]:
+        assert SECRET not in text and HF_SECRET not in text
 
 
 @pytest.mark.slow

@@ -76,8 +76,8 @@ def check_versions(studies: list[tuple[str, list[dict]]], mixed: bool) -> None:
                                  "of one version, or pass --mixed_versions to draw them anyway")
 
 
-def plot_studies(studies: list[tuple[str, list[dict]]], path: Path) -> list[str]:
-    """One panel per task, a colour per study; returns the labels of the lines drawn."""
+def draw_studies(studies: list[tuple[str, list[dict]]]):
+    """The figure: one panel per task, a colour per study; returns (figure, the labels of the lines drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,6 +108,14 @@ def plot_studies(studies: list[tuple[str, list[dict]]], path: Path) -> list[str]
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("accuracy")
     fig.tight_layout()
+    return fig, drawn
+
+
+def plot_studies(studies: list[tuple[str, list[dict]]], path: Path) -> list[str]:
+    """The figure written to ``path``; returns the labels of the lines drawn."""
+    fig, drawn = draw_studies(studies)  # chooses matplotlib's file-only backend before pyplot loads
+    import matplotlib.pyplot as plt
+
     png = io.BytesIO()
     try:
         fig.savefig(png, dpi=110, format="png")

@@ -159,6 +159,10 @@ class SweepRun:
         check_primary_planned(cfg, self.settings)
         self.hashes = {t: store.settings_hash(s) for t, s in self.settings.items()}
         self.claim_key = store.settings_hash(self.hashes)
+        try:  # a tracker run that holds a task under other settings would mix two curves
+            self.reporter.check_settings(self.hashes)
+        except TrackerError as err:
+            raise SweepError(str(err)) from None
         try:
             # store/ from the start: a run that selects no checkpoint (a shard beyond the checkpoints,
             # a --watch stopped before the first save) leaves a folder that the next sweep accepts.

@@ -7,9 +7,9 @@ a key either plain (``project``, ``run_name``: every tracker) or ``<tracker>.<ke
 Both are checked before any model loads (one line, exit 2): a tracker that is not installed names
 the extra that installs it.
 
-``backends``: one adapter per tracker (open, log at a step, summary, close). ``ledger``: what was
-logged where, kept in the sweep's store, so that a rerun or a second shard never logs a checkpoint
-twice. ``reporter``: the ``Reporter`` the sweep and ``cf-tasks eval`` call.
+``backends``: one adapter per tracker (open, log at a step, summary, close). ``reporter``: the
+``Reporter`` the sweep and ``cf-tasks eval`` call, with its ledger (what was logged where, in the
+output folder's ``logged/``), so that a rerun or a second shard never logs a checkpoint twice.
 """
 
 from __future__ import annotations

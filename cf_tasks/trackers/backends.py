@@ -9,10 +9,12 @@ folder's ``tensorboard/``)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import sys
 from functools import cached_property
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from ..files import atomic_write
 DEFAULT_PROJECT = "cf-tasks"
 STEP_METRIC = "train/global_step"  # transformers' W&B integration's step axis: the curves share it
 SUMMARY_TAG = "cf_tasks/summary"
+REACH_TIMEOUT = 10.0  # seconds an MLflow tracking server has to answer before a sweep starts
 
 
 class TrackerError(CFTasksError, ValueError):
@@ -175,6 +178,25 @@ class MLflow(Tracker):
             reason = " ".join(str(err).split())[:400]
             raise TrackerError(f"--report_to mlflow: tracking URI {redact_uri(self.uri())} cannot be used ({reason}); "
                                "pass --report_args mlflow.tracking_uri=URI (a server, or sqlite:///PATH)") from None
+        if self.uri().lower().startswith(("http://", "https://")):
+            self._reach_server()
+
+    def _reach_server(self) -> None:
+        """A tracking server that does not answer at all is refused now, in one line: MLflow's client
+        retries a refused connection for minutes before it gives up. Any HTTP answer (even an error
+        status, or a TLS certificate MLflow may be told to accept) counts as reachable; the environment's
+        proxy settings apply, as they do for MLflow."""
+        import requests
+
+        try:
+            requests.get(self.uri().rstrip("/") + "/health", timeout=REACH_TIMEOUT, allow_redirects=False)
+        except requests.exceptions.SSLError:
+            return  # it answered; MLFLOW_TRACKING_INSECURE_TLS or a certificate path may settle the rest
+        except (requests.ConnectionError, requests.Timeout) as err:
+            reason = type(err).__name__
+            raise TrackerError(f"--report_to mlflow: the tracking server {redact_uri(self.uri())} does not answer "
+                               f"({reason}); start it, fix --report_args "
+                               "mlflow.tracking_uri=URI, or drop mlflow from --report_to") from None
 
     def _run_file(self) -> Path | None:
         return self.out / "logged" / f"mlflow-run-{_digest(self.uri() + '|' + self.experiment())}.json" if self.out else None
@@ -239,7 +261,11 @@ class Trackio(Tracker):
         import trackio
 
         project, name = self.names()
-        self.run = trackio.init(project=project, name=name, resume="allow")
+        # No CPU / GPU sampling: a joined run is the trainer's, and the scorer's load is not its. Trackio
+        # prints its progress; it goes to stderr, so stdout keeps the sweep's own lines.
+        with contextlib.redirect_stdout(sys.stderr):
+            self.run = trackio.init(project=project, name=name, resume="allow", auto_log_cpu=False,
+                                    auto_log_gpu=False)
 
     def log(self, metrics, step):
         self.run.log(metrics, step=step)
@@ -252,7 +278,12 @@ class Trackio(Tracker):
 
     def close(self):
         if getattr(self, "run", None) is not None:
-            self.run.finish()
+            import trackio
+
+            with contextlib.redirect_stdout(sys.stderr):
+                # trackio.finish: the current run (this one, which init made current), finished and let go,
+                # so that trackio does not finish it again, on stdout, when Python exits
+                trackio.finish()
 
 
 ADAPTERS = {t.name: t for t in (TensorBoard, WandB, MLflow, Trackio)}

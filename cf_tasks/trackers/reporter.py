@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 
 from . import LOGGED_METRICS, SUMMARY_FIELDS
-from .backends import ADAPTERS, write_key_note
+from .backends import ADAPTERS, TrackerError, write_key_note
 
 LEDGER = "logged"
+# How a sweep names another run of each tracker than the output folder's own.
+OTHER_RUN = {"tensorboard": "--report_args tensorboard.log_dir=DIR", "wandb": "--report_args wandb.id=NEW_ID",
+             "mlflow": "--report_args mlflow.experiment_name=NAME", "trackio": "--report_args trackio.run_name=NAME"}
 # Environment variables that may hold a secret: a warning that quotes one shows *** instead.
 SECRET_VARIABLES = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "MLFLOW_TRACKING_TOKEN",
                     "MLFLOW_TRACKING_PASSWORD", "DATABRICKS_TOKEN")
@@ -115,6 +118,29 @@ class Reporter:
             return False
         os.close(fd)
         return path
+
+    def check_settings(self, hashes: dict[str, str]) -> None:
+        """Refuse (one line, before any model loads) a tracker run whose ledger holds one of these tasks
+        scored under other settings (a rerun with another --limit, say): its curve would mix both
+        settings' points at the same steps. ``hashes``: {task: settings hash} of this sweep."""
+        if self.out is None:
+            return
+        for tracker in self.trackers:
+            folder = self.out / LEDGER / _digest(tracker.key)
+            for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+                if path.name == "run.json" or path.name.startswith("summary-"):
+                    continue
+                try:
+                    entry = json.loads(path.read_text())
+                except (OSError, ValueError):  # a claim whose point is being logged: written once logged
+                    continue
+                task, used = entry.get("task"), entry.get("settings")
+                if task in hashes and used and used != hashes[task]:
+                    other = OTHER_RUN.get(tracker.name, "--report_args")
+                    raise TrackerError(
+                        f"--report_to {tracker.name}: its run already holds {task} scored under other settings "
+                        f"({used} in sweep.csv's settings column; this sweep's are {hashes[task]}), and one curve "
+                        f"would mix both; log into another run ({other}) or sweep into another --output_path")
 
     def log_rows(self, rows: list[dict], settings: set[str] | None = None) -> int:
         """Log each result of ``rows`` not yet logged to each tracker; returns the points logged."""
