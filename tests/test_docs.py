@@ -14,8 +14,6 @@ from conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINKED = DOCS + sorted((ROOT / "task_yamls").glob("*/README.md")) + sorted((ROOT / "examples").glob("*/README.md"))
-# A guide another branch adds: its link may lead nowhere until that branch is merged.
-NOT_YET = {ROOT / "docs" / "trackers.md"}
 PROGRAMS = ("cf-tasks", "lm_eval")
 
 
@@ -135,8 +133,6 @@ LINKS = [(path, target) for path in LINKED for target in _links(path)]
 def test_relative_link_is_alive(path, target):
     file, _, anchor = target.partition("#")
     dest = (path.parent / file).resolve() if file else path
-    if dest in NOT_YET and not dest.exists():
-        pytest.skip(f"{dest.name} comes with another branch")
     assert dest.exists(), f"{path.relative_to(ROOT)}: link to {target}: no such file"
     if anchor and dest.suffix == ".md":
         assert anchor in _anchors(dest), f"{path.relative_to(ROOT)}: link to {target}: no such heading"
@@ -152,5 +148,5 @@ def test_readme_is_a_front_page_that_links_every_guide():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250
     linked = {(ROOT / t.partition("#")[0]).resolve() for t in _links(ROOT / "README.md")}
-    guides = set(DOCS[1:]) | NOT_YET
+    guides = set(DOCS[1:])
     assert not guides - linked, f"guides the README does not link: {sorted(p.name for p in guides - linked)}"
