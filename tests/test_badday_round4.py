@@ -1,0 +1,263 @@
+"""The bad day, round 4: the cases of round 3 that had no test of their own (an injection study
+reused with another --steps, --limit or --model, or moved and resumed; a LoRA study reused with
+another --model), and what a fresh pass over the commands found: a dry run of ``publish --results``
+into a sweep's folder, over an earlier dry run or beside a second one; two studies into one folder;
+``--finish`` on a folder without a study; a ``--report_path`` inside the study; other scripts'
+digits and negative seeds for the mechanism study; empty or repeated tracker arguments; a file
+given as an output folder."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from cf_tasks.cli import main
+from cf_tasks.files import OutputLock
+
+INJECT = ["experiment", "inversion", "--quick"]
+LORA = ["experiment", "inversion", "--design", "known_lora", "--quick"]
+
+
+def one_line(capsys, *words: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("cf-tasks: error:")]
+    assert len(lines) == 1 and len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------ a study reused or moved (slow)
+
+
+@pytest.fixture(scope="module")
+def inject_study(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("inject_round4") / "study"
+    assert main([*INJECT, "--model", str(tiny_model), "--output_path", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def other_model(tiny_model, tmp_path_factory):
+    from tiny_model import build_full_checkpoint
+
+    return build_full_checkpoint(tiny_model, tmp_path_factory.mktemp("other_model") / "model", seed=7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag, value, key", [("--steps", "6", "steps="), ("--limit", "2", "limit="),
+                                              ("--model", None, "model_id=")])
+def test_an_injection_study_reused_with_other_settings_is_refused(inject_study, tiny_model, other_model, capsys,
+                                                                  flag, value, key):
+    before = _files(inject_study)
+    model = str(other_model) if flag == "--model" else str(tiny_model)
+    extra = [] if flag == "--model" else [flag, value]
+    assert main([*INJECT, "--model", model, "--output_path", str(inject_study), *extra]) == 2
+    one_line(capsys, key, "pass the same settings or another --output_path")
+    assert _files(inject_study) == before  # config.json, the runs and the sweeps as they were
+
+
+@pytest.mark.slow
+def test_a_moved_injection_study_resumed_counts_each_result_once(inject_study, tiny_model, tmp_path):
+    moved = tmp_path / "moved"
+    shutil.copytree(inject_study, moved)
+    assert main([*INJECT, "--model", str(tiny_model), "--output_path", str(moved)]) == 0
+    for name, key in (("mc_curves.csv", ("run", "step", "group")), ("sweep.csv", ("run", "step", "task", "metric"))):
+        before = Counter(tuple(r[k] for k in key) for r in _rows(inject_study / "report" / name))
+        after = Counter(tuple(r[k] for k in key) for r in _rows(moved / "report" / name))
+        assert after == before and max(after.values()) == 1, name
+    assert (moved / "report" / "results.md").read_bytes() == (inject_study / "report" / "results.md").read_bytes()
+
+
+@pytest.mark.slow
+def test_a_lora_study_reused_with_another_model_is_refused(tiny_model, other_model, tmp_path, capsys):
+    out = tmp_path / "lora"
+    assert main([*LORA, "--model", str(tiny_model), "--output_path", str(out), "--arms", "cs_heavy",
+                 "--seeds", "0"]) == 0
+    capsys.readouterr()
+    before = _files(out)
+    assert main([*LORA, "--model", str(other_model), "--output_path", str(out), "--arms", "cs_heavy",
+                 "--seeds", "0"]) == 2
+    one_line(capsys, "model_id=", "another --output_path")
+    assert _files(out) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inside", ["runs/cs_heavy-seed0", "sweeps", "phase_a", "."])
+def test_a_report_path_inside_the_study_is_refused(inject_study, capsys, inside):
+    before = _files(inject_study)
+    target = inject_study / inside
+    assert main(["experiment", "inversion", "--output_path", str(inject_study), "--report_only",
+                 "--report_path", str(target)]) == 2
+    one_line(capsys, "is inside the study folder", "pass a folder outside it")
+    assert _files(inject_study) == before  # the run's own measure.csv, the sweep's sweep.csv untouched
+
+
+def test_a_report_path_inside_the_studys_report_folder_is_allowed(tmp_path):
+    from cf_tasks.experiments.command import check_report_path
+
+    check_report_path(str(tmp_path / "s"), str(tmp_path / "s" / "report" / "again"))
+    check_report_path(str(tmp_path / "s"), str(tmp_path / "elsewhere"))
+    with pytest.raises(Exception, match="inside the study folder"):
+        check_report_path(str(tmp_path / "s"), str(tmp_path / "s" / "runs" / ".." / "sweeps"))
+
+
+def test_a_report_path_inside_a_new_study_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "new"
+    assert main([*INJECT, "--output_path", str(out), "--report_path", str(out / "runs")]) == 2
+    one_line(capsys, "--report_path", "inside the study folder")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------ one run per study folder
+
+
+@pytest.mark.parametrize("design", [INJECT, LORA])
+def test_a_second_study_into_a_busy_folder_is_refused_before_any_work(tiny_model, tmp_path, capsys, design):
+    out = tmp_path / "busy"
+    out.mkdir()
+    with OutputLock(out, "experiment inversion", on_folder=True):  # another study is running there
+        assert main([*design, "--model", str(tiny_model), "--output_path", str(out)]) == 2
+    one_line(capsys, str(out), "another cf-tasks experiment inversion is writing there")
+    assert list(out.iterdir()) == []  # no settings record, no lock file
+
+
+def test_finish_on_a_folder_without_a_study_is_refused_before_any_work(tiny_model, tmp_path, capsys):
+    out = tmp_path / "none"
+    assert main([*INJECT, "--model", str(tiny_model), "--output_path", str(out), "--finish"]) == 2
+    one_line(capsys, "--finish", "holds no study to close")
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- publish --results --dry_run
+
+
+def _sweep_folder(folder: Path, label: str, plot: bool = True, store: bool = False) -> Path:
+    """A sweep output folder as ``publish --results`` reads it: its tables (and plot)."""
+    folder.mkdir(parents=True)
+    (folder / "sweep.csv").write_text(f"run,step,task,metric,value\n{label},10,cf_capitals,counterfactual_acc,0.5\n")
+    (folder / "summary.csv").write_text(f"run,task,metric,verdict\n{label},cf_capitals,counterfactual_acc,flat\n")
+    if plot:
+        (folder / "inversion.png").write_bytes(f"plot of {label}".encode())
+    if store:
+        (folder / "store").mkdir()
+        (folder / "manifest.json").write_text("{}\n")
+    return folder
+
+
+def _dry_run(results: Path, target: Path) -> int:
+    return main(["publish", "--results", str(results), "--repo_id", "my-org/study", "--dry_run",
+                 "--output_path", str(target), "--quiet"])
+
+
+@pytest.mark.parametrize("where", ["another sweep", "the sweep read", "inside the sweep read"])
+def test_a_dry_run_into_a_sweeps_folder_is_refused(tmp_path, capsys, where):
+    a = _sweep_folder(tmp_path / "a", "run_a", store=True)
+    b = _sweep_folder(tmp_path / "b", "run_b", store=True)
+    target = {"another sweep": b, "the sweep read": a, "inside the sweep read": a / "repo"}[where]
+    before = {p: _files(p) for p in (a, b)}
+    assert _dry_run(a, target) == 2
+    one_line(capsys, f"--output_path {target}", "pass a new folder")
+    assert {p: _files(p) for p in (a, b)} == before
+
+
+def test_a_dry_run_over_an_earlier_one_of_another_study_keeps_nothing_of_it(tmp_path):
+    a = _sweep_folder(tmp_path / "a", "run_a")
+    b = _sweep_folder(tmp_path / "b", "run_b", plot=False)
+    repo = tmp_path / "repo"
+    assert _dry_run(a, repo) == 0
+    assert (repo / "inversion.png").read_bytes() == b"plot of run_a"
+    assert _dry_run(b, repo) == 0
+    assert sorted(p.name for p in repo.iterdir()) == ["README.md", "settings.json", "summary.csv", "sweep.csv"]
+    assert "run_a" not in (repo / "sweep.csv").read_text() + (repo / "summary.csv").read_text()
+    assert (repo / "sweep.csv").read_bytes() == (b / "sweep.csv").read_bytes()
+
+
+def test_a_second_dry_run_into_a_folder_being_written_is_refused(tmp_path, capsys):
+    a = _sweep_folder(tmp_path / "a", "run_a")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    with OutputLock(repo, "publish", on_folder=True):
+        assert _dry_run(a, repo) == 2
+    one_line(capsys, str(repo), "another cf-tasks publish is writing there")
+    assert list(repo.iterdir()) == []
+
+
+def test_a_full_disk_during_a_dry_run_keeps_the_earlier_one_whole(tmp_path, capsys):
+    import cf_tasks.sweep.publish as publish
+
+    a = _sweep_folder(tmp_path / "a", "run_a")
+    b = _sweep_folder(tmp_path / "b", "run_b")
+    repo = tmp_path / "repo"
+    assert _dry_run(a, repo) == 0
+    before = _files(repo)
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    with mock.patch.object(publish, "atomic_write", autospec=True, side_effect=full):
+        assert _dry_run(b, repo) == 1
+    one_line(capsys, "No space left on device", str(repo))
+    assert _files(repo) == before  # no staging folder left, the earlier set whole
+    assert [p.name for p in repo.iterdir() if p.name.startswith(".")] == []
+
+
+# ------------------------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize("seeds", ["-1", "٣", "0,１"])
+def test_mechanism_seeds_in_other_digits_or_negative_are_refused(tmp_path, capsys, seeds):
+    out = tmp_path / "m"
+    assert main(["experiment", "mechanism", "--output_path", str(out), f"--seeds={seeds}", "--steps", "1"]) == 2
+    one_line(capsys, "--seeds", "non-negative integers in ASCII digits")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["sweep", "RUN", "--tasks", "cf_capitals"], ["eval", "--tasks", "cf_capitals"]])
+@pytest.mark.parametrize("flag, value, more", [("--report_to", "", []), ("--report_args", "", ["--report_to", "tensorboard"]),
+                                               ("--report_args", " ", ["--report_to", "tensorboard"])])
+def test_an_empty_tracker_argument_is_refused_before_any_model(tmp_path, capsys, command, flag, value, more):
+    out = tmp_path / "o"
+    argv = [str(tmp_path) if a == "RUN" else a for a in command]
+    with mock.patch("cf_tasks.evaluate.run_lm_eval", autospec=True) as run:
+        assert main([*argv, "--output_path", str(out), *more, f"{flag}={value}"]) == 2
+    one_line(capsys, f"{flag} is empty", "leave it out")
+    run.assert_not_called()  # refused with the other arguments, before any model
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args", ["project=a,project=b", "wandb.project=a,wandb.project=b"])
+def test_a_tracker_key_given_twice_is_refused(args):
+    from cf_tasks.trackers import TrackerError, parse_report_args
+
+    with pytest.raises(TrackerError, match="project is given twice; pass each key once"):
+        parse_report_args(args, ["wandb"])
+    assert parse_report_args("project=a,wandb.project=b", ["wandb"]) == {"wandb": {"project": "b"}}
+
+
+@pytest.mark.parametrize("argv", [["build", "--dataset", "cf_capitals", "--quiet", "--out"],
+                                  ["experiment", "mechanism", "--output_path"],
+                                  ["experiment", "inversion", "--quick", "--output_path"]])
+def test_a_file_given_as_the_output_folder_is_named_a_file(tmp_path, capsys, argv):
+    path = tmp_path / "afile"
+    path.write_text("keep me\n")
+    assert main([*argv, str(path)]) == 2
+    one_line(capsys, f"{path} is a file, not a folder")
+    assert path.read_text() == "keep me\n"
