@@ -261,3 +261,53 @@ def test_a_file_given_as_the_output_folder_is_named_a_file(tmp_path, capsys, arg
     assert main([*argv, str(path)]) == 2
     one_line(capsys, f"{path} is a file, not a folder")
     assert path.read_text() == "keep me\n"
+
+
+# --------------------------------------------------------------------- build into a used folder
+
+
+def _build(out: Path, *args: str) -> int:
+    return main(["build", "--output_path", str(out), "--quiet", *args])
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_second_build_of_the_same_settings_keeps_the_first_ones_record(tmp_path):
+    out = tmp_path / "d"
+    assert _build(out, "--dataset", "cf_capitals", "--seed", "3") == 0
+    assert _build(out, "--dataset", "cf_quotes", "--seed", "3") == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["datasets"]) == ["cf_capitals", "cf_quotes"] and manifest["seed"] == 3
+    for entry in manifest["datasets"].values():
+        assert entry["sha256"] == _sha(out / entry["file"])
+
+
+def test_a_build_of_other_settings_beside_an_earlier_builds_files_is_refused(tmp_path, capsys):
+    out = tmp_path / "d"
+    assert _build(out, "--dataset", "cf_capitals", "--seed", "3") == 0
+    before = _files(out)
+    assert _build(out, "--dataset", "cf_quotes", "--seed", "4") == 2
+    one_line(capsys, "holds cf_capitals of a build with seed 3", "pass another --output_path")
+    assert _files(out) == before
+    assert _build(out, "--dataset", "cf_capitals", "--seed", "4") == 0  # replaced whole: nothing of seed 3 left
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seed"] == 4 and list(manifest["datasets"]) == ["cf_capitals"]
+    assert manifest["datasets"]["cf_capitals"]["sha256"] == _sha(out / "cf_capitals.jsonl")
+
+
+def test_training_points_of_another_kind_keep_the_first_kinds_record_and_another_seed_is_refused(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert _build(out, "--for_training", "--kinds", "C", "--seed", "5") == 0
+    assert _build(out, "--for_training", "--kinds", "S", "--seed", "5") == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["kinds"]) == ["C", "S"]
+    for entry in manifest["kinds"].values():
+        assert entry["sha256"] == _sha(out / entry["file"])
+    before = _files(out)
+    assert _build(out, "--for_training", "--kinds", "S", "--seed", "6") == 2
+    one_line(capsys, "holds C of a build with seed 5")
+    assert _files(out) == before

@@ -41,16 +41,18 @@ def run_training(args: argparse.Namespace) -> int:
         raise UsageError(f"--format {fmt} does not apply to --for_training; choose {' or '.join(TRAINING_FORMATS)}")
     if args.dataset != "all":
         raise UsageError("--dataset does not apply to --for_training; choose the points with --kinds")
-    from dataset_builders.serialize import check_manifest_owner
+    from dataset_builders.serialize import check_manifest_owner, prior_entries
+    from dataset_builders.training import manifest_settings
 
     try:
         kinds = parse_kinds(args.kinds) if args.kinds is not None else DEFAULT_KINDS
         check_manifest_owner(Path(args.out), "kinds")
+        keep = prior_entries(Path(args.out), "kinds", manifest_settings(fmt, args.seed), set(kinds))
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = writable_dir(args.out)
     try:
-        manifest = export(kinds, fmt, args.seed, out)
+        manifest = export(kinds, fmt, args.seed, out, keep)
     except TrainingDataError as err:
         raise UsageError(f"training points broke a rule:\n{err}\nfix the fact table or builder named above") from None
     if not args.quiet:
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import dataset_builders
-    from dataset_builders.serialize import FORMATS, check_manifest_owner, sha256, write_dataset
+    from dataset_builders.serialize import FORMATS, check_manifest_owner, prior_entries, sha256, write_dataset
     from dataset_builders.validate import ValidationError, build_validated
 
     from ..files import atomic_write
@@ -87,10 +89,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(err)) from None
     try:
         check_manifest_owner(Path(args.out), "datasets")
+        keep = prior_entries(Path(args.out), "datasets", {"seed": args.seed, "format": args.format}, set(names))
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = writable_dir(args.out)
-    manifest = {"seed": args.seed, "format": args.format, "datasets": {}}
+    # an earlier build of the same settings keeps its record beside this one's
+    manifest = {"seed": args.seed, "format": args.format, "datasets": dict(keep)}
     start = time.perf_counter()
     for name in tqdm(names, desc="building", unit="dataset", disable=args.quiet):
         try:
@@ -107,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
     elapsed = time.perf_counter() - start
     if not args.quiet:
-        for name, entry in manifest["datasets"].items():
+        for name, entry in ((n, manifest["datasets"][n]) for n in names):
             print(f"{name:16s} {entry['count']:6d} items  v{entry['version']}  {out / entry['file']}")
         print(f"built {len(names)} dataset(s) with seed {args.seed} in {elapsed:.2f} s -> {out / 'manifest.json'}")
     return 0
