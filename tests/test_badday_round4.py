@@ -311,3 +311,37 @@ def test_training_points_of_another_kind_keep_the_first_kinds_record_and_another
     assert _build(out, "--for_training", "--kinds", "S", "--seed", "6") == 2
     one_line(capsys, "holds C of a build with seed 5")
     assert _files(out) == before
+
+
+# ------------------------------------------------------------- report and sweep: outputs inside inputs
+
+
+@pytest.mark.parametrize("part", ["store", "store/x", "checkpoints", "claims"])
+def test_a_report_into_the_store_or_views_of_a_folder_it_reads_is_refused(tmp_path, capsys, part):
+    a = _sweep_folder(tmp_path / "a", "run_a", store=True)
+    before = _files(a)
+    assert main(["report", str(a), "--output_path", str(a / part)]) == 2
+    one_line(capsys, f"is inside {a / part.split('/')[0]}", "pass a folder outside it")
+    assert _files(a) == before  # nothing written into the store or beside it
+    assert part == "store" or not (a / part).exists()
+
+
+def test_one_study_given_twice_to_compare_is_refused(tmp_path, capsys):
+    a = _sweep_folder(tmp_path / "a", "run_a")
+    _sweep_folder(tmp_path / "b", "run_b")
+    out = tmp_path / "cmp"
+    assert main(["report", "--compare", str(a), str(tmp_path / "b"), f"{tmp_path}/./a/", "--output_path", str(out)]) == 2
+    one_line(capsys, "is given twice", "pass each study once")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("key", ["tensorboard.log_dir", "wandb.dir"])
+def test_a_tracker_folder_inside_a_checkpoint_is_refused_before_any_model(tmp_path, capsys, key):
+    run = tmp_path / "run"
+    (run / "checkpoint-10").mkdir(parents=True)
+    tracker = key.split(".")[0]
+    inside = run / "checkpoint-10" / "logs"
+    assert main(["sweep", str(run), "--tasks", "cf_capitals", "--output_path", str(tmp_path / "o"),
+                 "--report_to", tracker, "--report_args", f"{key}={inside}"]) == 2
+    one_line(capsys, f"--report_args {key}={inside} is inside the model folder", "pass an output folder outside it")
+    assert list((run / "checkpoint-10").iterdir()) == [] and not (tmp_path / "o").exists()
