@@ -345,3 +345,52 @@ def test_a_tracker_folder_inside_a_checkpoint_is_refused_before_any_model(tmp_pa
                  "--report_to", tracker, "--report_args", f"{key}={inside}"]) == 2
     one_line(capsys, f"--report_args {key}={inside} is inside the model folder", "pass an output folder outside it")
     assert list((run / "checkpoint-10").iterdir()) == [] and not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------------------- eval into a used folder
+
+
+def _fake_results(task: str, value: float) -> dict:
+    return {"results": {task: {"alias": task, "counterfactual_acc,none": value}}, "versions": {task: 1.0},
+            "n-shot": {task: 0}, "higher_is_better": {}, "configs": {},
+            "samples": {task: [{"doc_id": 0, "filtered_resps": ["Paris"], "counterfactual_acc": value}]}}
+
+
+def test_an_eval_of_other_tasks_into_a_used_folder_leaves_none_of_the_earlier_runs_files(tmp_path, monkeypatch):
+    from cf_tasks import evaluate
+
+    out, real_run = tmp_path / "out", evaluate.run_lm_eval
+    for task, value in (("cf_capitals", 0.25), ("cf_quotes", 0.75)):
+        monkeypatch.setattr(evaluate, "run_lm_eval",
+                            mock.create_autospec(real_run, return_value=_fake_results(task, value)))
+        assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", task, "--output_path", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.json", "samples_cf_quotes.jsonl"]
+    assert list(json.loads((out / "results.json").read_text())["results"]) == ["cf_quotes"]
+    assert {r["task"] for r in _rows(out / "results.csv")} == {"cf_quotes"}
+
+
+def test_a_full_disk_while_eval_lands_its_files_keeps_the_earlier_run_whole(tmp_path, monkeypatch, capsys):
+    import cf_tasks.results as results
+    from cf_tasks import evaluate
+
+    out, real_run = tmp_path / "out", evaluate.run_lm_eval
+    monkeypatch.setattr(evaluate, "run_lm_eval",
+                        mock.create_autospec(real_run, return_value=_fake_results("cf_capitals", 0.25)))
+    assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", "cf_capitals", "--output_path",
+                 str(out)]) == 0
+    capsys.readouterr()
+    before = _files(out)
+    monkeypatch.setattr(evaluate, "run_lm_eval",
+                        mock.create_autospec(real_run, return_value=_fake_results("cf_quotes", 0.75)))
+    real = results.atomic_write
+
+    def fills_at_the_json(path, data):
+        if path.name == "results.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(results, "atomic_write", mock.create_autospec(real, side_effect=fills_at_the_json))
+    assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", "cf_quotes", "--output_path",
+                 str(out)]) == 1
+    one_line(capsys, f"--output_path {out}", "No space left on device")
+    assert _files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
