@@ -231,7 +231,8 @@ def test_mechanism_seeds_in_other_digits_or_negative_are_refused(tmp_path, capsy
 
 
 @pytest.mark.parametrize("command", [["sweep", "RUN", "--tasks", "cf_capitals"], ["eval", "--tasks", "cf_capitals"]])
-@pytest.mark.parametrize("flag, value, more", [("--report_to", "", []), ("--report_args", "", ["--report_to", "tensorboard"]),
+@pytest.mark.parametrize("flag, value, more", [("--report_to", "", []),
+                                               ("--report_args", "", ["--report_to", "tensorboard"]),
                                                ("--report_args", " ", ["--report_to", "tensorboard"])])
 def test_an_empty_tracker_argument_is_refused_before_any_model(tmp_path, capsys, command, flag, value, more):
     out = tmp_path / "o"
@@ -330,7 +331,8 @@ def test_one_study_given_twice_to_compare_is_refused(tmp_path, capsys):
     a = _sweep_folder(tmp_path / "a", "run_a")
     _sweep_folder(tmp_path / "b", "run_b")
     out = tmp_path / "cmp"
-    assert main(["report", "--compare", str(a), str(tmp_path / "b"), f"{tmp_path}/./a/", "--output_path", str(out)]) == 2
+    again = f"{tmp_path}/./a/"  # the same folder, written another way
+    assert main(["report", "--compare", str(a), str(tmp_path / "b"), again, "--output_path", str(out)]) == 2
     one_line(capsys, "is given twice", "pass each study once")
     assert not out.exists()
 
@@ -394,3 +396,13 @@ def test_a_full_disk_while_eval_lands_its_files_keeps_the_earlier_run_whole(tmp_
                  str(out)]) == 1
     one_line(capsys, f"--output_path {out}", "No space left on device")
     assert _files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
+@pytest.mark.parametrize("extra", [["--dataset", "cf_capitals"], ["--for_training", "--kinds", "C"]])
+def test_a_second_build_into_a_folder_being_built_is_refused(tmp_path, capsys, extra):
+    out = tmp_path / "d"
+    out.mkdir()
+    with OutputLock(out, "build", on_folder=True):  # another build is writing there
+        assert _build(out, *extra) == 2
+    one_line(capsys, str(out), "another cf-tasks build is writing there")
+    assert list(out.iterdir()) == []
