@@ -406,3 +406,19 @@ def test_a_second_build_into_a_folder_being_built_is_refused(tmp_path, capsys, e
         assert _build(out, *extra) == 2
     one_line(capsys, str(out), "another cf-tasks build is writing there")
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag, value, words", [("--t_facts", "100000", "pass at most 226"),
+                                                ("--n_facts", "200", "pass at most 124")])
+def test_more_facts_than_the_study_has_are_refused_before_the_folder_is_claimed(tiny_model, tmp_path, capsys,
+                                                                               flag, value, words):
+    from cf_tasks.experiments import inject, inject_facts
+
+    out = tmp_path / "s"
+    with mock.patch.object(inject_facts, "load_model", autospec=True) as load_a, \
+            mock.patch.object(inject, "load_model", autospec=True) as load_b:
+        assert main([*INJECT, "--model", str(tiny_model), "--output_path", str(out), flag, value]) == 2
+    one_line(capsys, f"{flag} {value}", words)
+    load_a.assert_not_called()
+    load_b.assert_not_called()
+    assert not (out / "config.json").exists()  # a corrected rerun is not refused as "other settings"
