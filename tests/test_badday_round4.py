@@ -422,3 +422,20 @@ def test_more_facts_than_the_study_has_are_refused_before_the_folder_is_claimed(
     load_a.assert_not_called()
     load_b.assert_not_called()
     assert not (out / "config.json").exists()  # a corrected rerun is not refused as "other settings"
+
+
+def test_a_datasets_export_and_a_sweeps_dry_run_never_share_a_folder(tmp_path, capsys):
+    a = _sweep_folder(tmp_path / "a", "run_a")
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)  # a dataset export's parquet files
+    (repo / "README.md").write_text("the datasets' card\n")
+    before = _files(repo)
+    assert _dry_run(a, repo) == 2
+    one_line(capsys, "holds a dataset export", "pass a new folder")
+    assert _files(repo) == before
+    study = tmp_path / "study"
+    assert _dry_run(a, study) == 0
+    before = _files(study)
+    assert main(["publish", "--repo_id", "my-org/cf-tasks", "--dry_run", "--out", str(study), "--quiet"]) == 2
+    one_line(capsys, f"--out {study} holds a sweep's results", "pass a new folder")
+    assert _files(study) == before

@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     hub.check_repo_id(args.repo_id)
     if args.dry_run and not args.out:
         raise PublishError("--dry_run needs --out DIR, the folder to export to")
+    if args.dry_run and (Path(args.out) / "sweep.csv").is_file():  # its card would merge into the datasets'
+        raise PublishError(f"--out {args.out} holds a sweep's results (sweep.csv); pass a new folder")
     token = None if args.dry_run else hub.get_token()
     if not args.dry_run:
         from huggingface_hub import constants

@@ -159,6 +159,9 @@ def check_dry_run_target(results: Path, target: Path) -> None:
     if (target / store.STORE).is_dir() or (target / "manifest.json").is_file():
         raise SweepError(f"--output_path {target} holds a sweep's results, whose tables the repository's files would "
                          "replace; pass a new folder (or the folder of an earlier dry run)")
+    if (target / "data").is_dir():
+        raise SweepError(f"--output_path {target} holds a dataset export (data/), whose card the repository's card "
+                         "would replace; pass a new folder (or the folder of an earlier dry run of a sweep)")
 
 
 def write_dry_run(results: Path, target: Path, repo_id: str) -> dict[str, int]:
