@@ -124,7 +124,7 @@ def own_views(out: Path, sweeps: Path, scratch: Path, peak_step: int | None = No
     rows = sweep_rows(sweeps)
     runs = (Path(out) / "runs").resolve()
     mine = [r for r in rows if r.get("run") and Path(r["run"]).resolve().parent == runs]
-    if len(mine) == len(rows):
+    if len(mine) == len(rows) or not mine:  # (no run under out/runs: the sweep's views as they are)
         return sweeps
     write_outputs(scratch, mine, [], stores=[sweeps], peak_step=peak_step)
     return scratch
