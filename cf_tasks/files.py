@@ -137,7 +137,9 @@ PATH_ARGUMENTS = {"output_path": ("--output_path", "pass a folder"), "out": ("--
 # Arguments whose empty value would silently mean their default.
 EMPTY_MEANS_DEFAULT = {"metadata": ("--metadata", "pass a JSON object, e.g. '{\"seed\": 7}', or leave it out"),
                        "model_args": ("--model_args", "pass KEY=VALUE pairs, or leave it out"),
-                       "context_field": ("--context_field", "name the context's field, or leave it out for 'input'")}
+                       "context_field": ("--context_field", "name the context's field, or leave it out for 'input'"),
+                       "report_to": ("--report_to", "name the trackers, e.g. --report_to tensorboard, or leave it out"),
+                       "report_args": ("--report_args", "pass KEY=VALUE pairs, or leave it out")}
 
 
 def check_not_empty(args) -> None:
@@ -165,6 +167,8 @@ def writable_dir(path: str, flag: str = "--output_path") -> Path:
     if not str(path).strip():
         raise UsageError(f"{flag} is empty, which would mean the working folder; pass a folder name")
     out = Path(path)
+    if out.exists() and not out.is_dir():  # mkdir would say only "File exists"
+        raise UsageError(f"{flag} {out} is a file, not a folder; pass a folder (it is created if missing)")
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".cf-tasks-write-test"
@@ -182,20 +186,23 @@ def writable_dir(path: str, flag: str = "--output_path") -> Path:
 class OutputLock:
     """``with OutputLock(out, "filter-data"):`` one run of a command per output folder: an advisory
     ``flock`` on ``out/.<command>.lock``, released when the process ends however it ends. A second
-    run into the folder gets a ``UsageError`` naming it."""
+    run into the folder gets a ``UsageError`` naming it. With ``on_folder`` the lock is on the folder
+    itself, for a folder that must hold only its own files (a repository layout, a study)."""
 
-    def __init__(self, out: Path, command: str):
-        self.path, self.command = Path(out) / f".{command}.lock", command
+    def __init__(self, out: Path, command: str, on_folder: bool = False):
+        self.out, self.command, self.on_folder = Path(out), command, on_folder
+        self.path = self.out if on_folder else self.out / f".{command}.lock"
 
     def __enter__(self):
         import fcntl
 
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        flags = os.O_RDONLY | os.O_DIRECTORY if self.on_folder else os.O_RDWR | os.O_CREAT
+        self.fd = os.open(self.path, flags, 0o666)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self.fd)
-            raise UsageError(f"--output_path {self.path.parent}: another cf-tasks {self.command} is writing there "
+            raise UsageError(f"--output_path {self.out}: another cf-tasks {self.command} is writing there "
                              "now; wait for it to finish or pass another --output_path") from None
         return self
 

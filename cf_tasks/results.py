@@ -117,15 +117,46 @@ def results_json_bytes(results: dict) -> bytes:
 
 
 def save_results(results: dict, out_dir: Path) -> Path:
-    """Write results.json, results.csv and samples_<task>.jsonl into ``out_dir``; returns the JSON."""
+    """Write results.json, results.csv and samples_<task>.jsonl into ``out_dir`` as one set; returns
+    the JSON. The files are staged in the folder, then land (one landing at a time): the old
+    results.json goes first, the samples of an earlier run's other tasks are removed, the new files
+    come in and results.json last, so that the folder never holds two runs' files."""
     from lm_eval.utils import handle_non_serializable
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    files = {}
     for task, samples in (results.get("samples") or {}).items():
         lines = "".join(json.dumps(s, default=handle_non_serializable, ensure_ascii=False) + "\n" for s in samples)
-        atomic_write(out_dir / f"samples_{task}.jsonl", lines.encode("utf-8"))
-    atomic_write(out_dir / "results.csv", rows_to_csv(tidy_rows(results), TIDY_COLUMNS))
-    path = out_dir / "results.json"
-    atomic_write(path, results_json_bytes(results))
-    return path
+        files[f"samples_{task}.jsonl"] = lines.encode("utf-8")
+    files["results.csv"] = rows_to_csv(tidy_rows(results), TIDY_COLUMNS)
+    files["results.json"] = results_json_bytes(results)
+    _land(out_dir, files, "results.json", "samples_*.jsonl")
+    return out_dir / "results.json"
+
+
+def _land(out: Path, files: dict[str, bytes], record: str, stale: str) -> None:
+    import fcntl
+    import os
+    import shutil
+
+    from .files import clean_stages, stage_dir
+
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another run's landing finishes first
+        clean_stages(out, "results")  # of a run killed while landing
+        stage = stage_dir(out, "results")
+        try:
+            for name, data in files.items():
+                atomic_write(stage / name, data)
+            (out / record).unlink(missing_ok=True)
+            for old in out.glob(stale):
+                if old.name not in files:
+                    old.unlink()
+            for name in sorted(set(files) - {record}) + [record]:
+                os.replace(stage / name, out / name)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    finally:
+        os.close(fd)

@@ -76,3 +76,27 @@ def check_manifest_owner(out_dir: Path, key: str) -> None:
                  "files that cf-tasks build did not write")
     raise ValueError(f"--output_path {out_dir}: its manifest.json records {other}, which this build would "
                      "overwrite; pass another --output_path")
+
+
+def prior_entries(out_dir: Path, key: str, settings: dict, rebuilt) -> dict:
+    """The entries (``key``: ``datasets`` or ``kinds``) of an earlier build into ``out_dir`` whose
+    files are still there and which this build (of ``rebuilt``) does not write again: kept in this
+    build's manifest beside its own. An earlier build made with other ``settings`` is replaced
+    whole, or, when it holds files this build would not replace (which would sit beside this
+    build's, of other settings, under one manifest), refused: ``ValueError``, one line. Call after
+    ``check_manifest_owner``."""
+    path = Path(out_dir) / "manifest.json"
+    if not path.is_file():
+        return {}
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    entries = manifest.get(key) if isinstance(manifest.get(key), dict) else {}
+    kept = {n: e for n, e in entries.items()
+            if n not in rebuilt and isinstance(e, dict) and (Path(out_dir) / str(e.get("file"))).is_file()}
+    differ = [name for name, value in settings.items() if manifest.get(name) != value]
+    if differ and kept:
+        name = differ[0]
+        what = "other dataset versions" if name == "versions" else f"{name} {manifest.get(name)!r}"
+        raise ValueError(f"--output_path {out_dir}: it holds {', '.join(sorted(kept))} of a build with {what}, "
+                         "which would sit beside this build's files under one manifest; pass another --output_path, "
+                         f"rebuild {'them' if len(kept) > 1 else 'it'} too, or build with the same settings")
+    return {} if differ else kept

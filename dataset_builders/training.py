@@ -203,33 +203,41 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def export(kinds: tuple[str, ...], fmt: str, seed: int, out_dir) -> dict:
-    """Write ``<kind>.jsonl`` per kind and ``manifest.json`` to ``out_dir`` (atomically, after every
-    rule holds over all the points together); returns the manifest."""
-    import hashlib
-    import json
-    from collections import Counter
-    from pathlib import Path
-
+def manifest_settings(fmt: str, seed: int) -> dict:
+    """What a training manifest records besides its kinds: the settings its points were made with."""
     from cf_tasks import __version__
-    from cf_tasks.files import atomic_write
 
     from . import version as dataset_version
     from .invented import MAX_ZIPF
     from .invented import VERSION as INVENTED_VERSION
     from .split import subjects
 
+    return {"seed": seed, "split_seed": SPLIT_SEED, "format": fmt,
+            "heldout_subjects": len(subjects("heldout")), "invented_max_zipf": MAX_ZIPF,
+            "versions": {"cf_tasks": __version__, "invented": INVENTED_VERSION,
+                         **{name: dataset_version(name) for f in FAMILIES for name in (f, AGREE_TWINS[f])}}}
+
+
+def export(kinds: tuple[str, ...], fmt: str, seed: int, out_dir, keep: dict | None = None) -> dict:
+    """Write ``<kind>.jsonl`` per kind and ``manifest.json`` to ``out_dir`` (atomically, after every
+    rule holds over all the points together); returns the manifest. ``keep``: the entries of an
+    earlier build of the same settings into ``out_dir`` (``serialize.prior_entries``), kept in the
+    manifest beside this build's kinds."""
+    import hashlib
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    from cf_tasks.files import atomic_write
+
     if fmt not in TRAINING_FORMATS:
         raise ValueError(f"unknown training format {fmt!r}; choose from {', '.join(TRAINING_FORMATS)}")
     by_kind = {kind: training_points(kind, seed) for kind in kinds}
     check_training([p for points in by_kind.values() for p in points])
     out = Path(out_dir)
-    manifest = {
-        "seed": seed, "split_seed": SPLIT_SEED, "format": fmt, "kinds": {},
-        "heldout_subjects": len(subjects("heldout")), "invented_max_zipf": MAX_ZIPF,
-        "versions": {"cf_tasks": __version__, "invented": INVENTED_VERSION,
-                     **{name: dataset_version(name) for f in FAMILIES for name in (f, AGREE_TWINS[f])}},
-    }
+    settings = manifest_settings(fmt, seed)
+    manifest = {**{k: settings[k] for k in ("seed", "split_seed", "format")}, "kinds": {},
+                **{k: v for k, v in settings.items() if k not in ("seed", "split_seed", "format")}}
     for kind, points in by_kind.items():
         data = "".join(json.dumps(record(p, fmt), ensure_ascii=False) + "\n" for p in points).encode("utf-8")
         atomic_write(out / f"{kind}.jsonl", data)
@@ -238,5 +246,6 @@ def export(kinds: tuple[str, ...], fmt: str, seed: int, out_dir) -> dict:
             "families": dict(sorted(Counter(p["family"] for p in points).items())),
             "sha256": hashlib.sha256(data).hexdigest(),
         }
+    manifest["kinds"] = {**(keep or {}), **manifest["kinds"]}
     atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
     return manifest

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..files import writable_dir
+from ..files import OutputLock, writable_dir
 
 
 def add_parser(sub) -> None:
@@ -41,18 +41,24 @@ def run_training(args: argparse.Namespace) -> int:
         raise UsageError(f"--format {fmt} does not apply to --for_training; choose {' or '.join(TRAINING_FORMATS)}")
     if args.dataset != "all":
         raise UsageError("--dataset does not apply to --for_training; choose the points with --kinds")
-    from dataset_builders.serialize import check_manifest_owner
+    from dataset_builders.serialize import check_manifest_owner, prior_entries
+    from dataset_builders.training import manifest_settings
 
     try:
         kinds = parse_kinds(args.kinds) if args.kinds is not None else DEFAULT_KINDS
         check_manifest_owner(Path(args.out), "kinds")
+        settings = manifest_settings(fmt, args.seed)
+        prior_entries(Path(args.out), "kinds", settings, set(kinds))  # refused before any work
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = writable_dir(args.out)
     try:
-        manifest = export(kinds, fmt, args.seed, out)
+        with OutputLock(out, "build", on_folder=True):  # one build per folder: each keeps the other's record
+            manifest = export(kinds, fmt, args.seed, out, prior_entries(out, "kinds", settings, set(kinds)))
     except TrainingDataError as err:
         raise UsageError(f"training points broke a rule:\n{err}\nfix the fact table or builder named above") from None
+    except ValueError as err:  # another build of other settings landed there since the check
+        raise UsageError(str(err)) from None
     if not args.quiet:
         for kind, entry in manifest["kinds"].items():
             families = ", ".join(f"{f} {n}" for f, n in entry["families"].items())
@@ -66,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import dataset_builders
-    from dataset_builders.serialize import FORMATS, check_manifest_owner, sha256, write_dataset
+    from dataset_builders.serialize import FORMATS, check_manifest_owner, prior_entries, sha256, write_dataset
     from dataset_builders.validate import ValidationError, build_validated
 
     from ..files import atomic_write
@@ -87,27 +93,34 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(err)) from None
     try:
         check_manifest_owner(Path(args.out), "datasets")
+        prior_entries(Path(args.out), "datasets", {"seed": args.seed, "format": args.format}, set(names))
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = writable_dir(args.out)
-    manifest = {"seed": args.seed, "format": args.format, "datasets": {}}
-    start = time.perf_counter()
-    for name in tqdm(names, desc="building", unit="dataset", disable=args.quiet):
+    with OutputLock(out, "build", on_folder=True):  # one build per folder: each keeps the other's record
         try:
-            items = build_validated(name, args.seed)
-        except ValidationError as err:
-            raise UsageError(f"{err}\nfix the fact table or builder named above and rebuild") from None
-        path, data = write_dataset(items, out, name, args.format)
-        manifest["datasets"][name] = {
-            "file": path.name,
-            "count": len(items),
-            "version": dataset_builders.version(name),
-            "sha256": sha256(data),
-        }
-    atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
+            keep = prior_entries(out, "datasets", {"seed": args.seed, "format": args.format}, set(names))
+        except ValueError as err:  # another build of other settings landed there since the check
+            raise UsageError(str(err)) from None
+        # an earlier build of the same settings keeps its record beside this one's
+        manifest = {"seed": args.seed, "format": args.format, "datasets": dict(keep)}
+        start = time.perf_counter()
+        for name in tqdm(names, desc="building", unit="dataset", disable=args.quiet):
+            try:
+                items = build_validated(name, args.seed)
+            except ValidationError as err:
+                raise UsageError(f"{err}\nfix the fact table or builder named above and rebuild") from None
+            path, data = write_dataset(items, out, name, args.format)
+            manifest["datasets"][name] = {
+                "file": path.name,
+                "count": len(items),
+                "version": dataset_builders.version(name),
+                "sha256": sha256(data),
+            }
+        atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
     elapsed = time.perf_counter() - start
     if not args.quiet:
-        for name, entry in manifest["datasets"].items():
+        for name, entry in ((n, manifest["datasets"][n]) for n in names):
             print(f"{name:16s} {entry['count']:6d} items  v{entry['version']}  {out / entry['file']}")
         print(f"built {len(names)} dataset(s) with seed {args.seed} in {elapsed:.2f} s -> {out / 'manifest.json'}")
     return 0

@@ -31,10 +31,11 @@ def add_mechanism_parser(experiments) -> None:
 
 
 def parse_seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds {text!r} is not a comma-separated list of integers; pass e.g. --seeds 0,1,2") from None
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if any(not (p.isascii() and p.isdigit()) for p in parts):  # int() would read "-1" and "٣" too
+        raise UsageError(f"--seeds {text!r} is not a comma-separated list of non-negative integers in ASCII digits; "
+                         "pass e.g. --seeds 0,1,2")
+    seeds = [int(p) for p in parts]
     if not seeds or len(set(seeds)) != len(seeds):
         raise UsageError(f"--seeds {text!r} needs one or more distinct integers; pass e.g. --seeds 0,1,2")
     return seeds

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..files import atomic_write, writable_dir
+from ..files import writable_dir
 
 
 def add_parser(sub) -> None:
@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     hub.check_repo_id(args.repo_id)
     if args.dry_run and not args.out:
         raise PublishError("--dry_run needs --out DIR, the folder to export to")
+    if args.dry_run and (Path(args.out) / "sweep.csv").is_file():  # its card would merge into the datasets'
+        raise PublishError(f"--out {args.out} holds a sweep's results (sweep.csv); pass a new folder")
     token = None if args.dry_run else hub.get_token()
     if not args.dry_run:
         from huggingface_hub import constants
@@ -77,7 +79,7 @@ def run_results(args: argparse.Namespace) -> int:
     finished sweep as a Hub dataset (``cf_tasks.sweep.publish``)."""
     from .. import hub
     from ..hub import PublishError
-    from ..sweep.publish import export_results, upload_folder
+    from ..sweep.publish import check_dry_run_target, export_results, upload_folder, write_dry_run
 
     results = Path(args.results)
     token = None
@@ -94,15 +96,15 @@ def run_results(args: argparse.Namespace) -> int:
             raise PublishError("the Hugging Face Hub is switched off (HF_HUB_OFFLINE is set); unset it to "
                                "publish, or write the folder with --dry_run --output_path DIR")
         token = hub.get_token()
-    target = writable_dir(args.out) if args.dry_run else None
+    if args.dry_run:
+        check_dry_run_target(results, Path(args.out))
+        target = writable_dir(args.out)
     try:
         with tempfile.TemporaryDirectory(prefix="cf-tasks-publish-") as tmp:
-            counts = export_results(results, Path(tmp), args.repo_id)
-            if args.dry_run:
-                for f in sorted(Path(tmp).iterdir()):  # each file whole: temp then rename
-                    atomic_write(target / f.name, f.read_bytes())
-                where = str(target)
+            if args.dry_run:  # the repository's files land as one set
+                counts, where = write_dry_run(results, target, args.repo_id), str(target)
             else:
+                counts = export_results(results, Path(tmp), args.repo_id)
                 commit = upload_folder(Path(tmp), args.repo_id, token, args.private, args.revision)
                 where = f"https://huggingface.co/datasets/{args.repo_id} ({getattr(commit, 'oid', '?')})"
     except PublishError as err:

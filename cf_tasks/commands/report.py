@@ -44,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
                          f"--output_path NEW_FOLDER (or --output_path {outs[0]} to merge into it)")
     alpha, peak_step, primary = parse_alpha(args.alpha), parse_peak_step(args.peak_step), parse_primary(args.primary)
     if args.output_path:
-        from ..sweep.checks import check_output_folder
+        from ..sweep.checks import check_output_folder, check_output_outside_inputs
 
         check_output_folder(Path(args.output_path))
+        check_output_outside_inputs(outs, Path(args.output_path))
     report(outs, Path(args.output_path) if args.output_path else outs[0], alpha=alpha, items=args.items,
            mixed_scorers=args.mixed_scorers, peak_step=peak_step, primary=primary)
     return 0

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from ..files import writable_dir
+from ..files import OutputLock, writable_dir
 
 DESIGNS = ("inject", "known_lora")
 INJECT_ONLY = ("t_facts", "n_facts", "inject_lr", "t_epochs", "gate_recall", "gate_mc", "gate_n_shift", "sweep_every")
@@ -107,14 +107,32 @@ def run(args: argparse.Namespace) -> int:
     if args.design is None:  # a study folder says which design it holds; a new one gets the default
         args.design = found if found in DESIGNS else DESIGNS[0]
     cfg = inject_config(args) if args.design == "inject" else lora_config(args)
+    if found is not None or not args.report_only:  # a study's folder, not a report folder rendered again
+        check_report_path(args.output_path, args.report_path)
     if args.report_only:
         return report_only(args, cfg)
+    if args.finish and found is None:
+        raise UsageError(f"--finish: {args.output_path} holds no study to close; run the study first (without "
+                         "--finish), or pass the --output_path of a study")
     writable_dir(args.output_path)
-    if args.design == "inject":
-        return _run_inject(cfg)
-    from . import known_lora
+    with OutputLock(args.output_path, "experiment inversion", on_folder=True):  # one run per study folder
+        if args.design == "inject":
+            return _run_inject(cfg)
+        from . import known_lora
 
-    return _failed(known_lora.run_study(cfg))
+        return _failed(known_lora.run_study(cfg))
+
+
+def check_report_path(out: str, report_path: str | None) -> None:
+    """``--report_path`` outside the study folder (its own ``report/`` aside): the report's files
+    (``measure.csv``, ``sweep.csv``, ...) would replace a run's or the sweep's own."""
+    if not report_path:
+        return
+    study, dest = Path(out).expanduser().resolve(), Path(report_path).expanduser().resolve()
+    default = study / "report"
+    if (dest == study or study in dest.parents) and not (dest == default or default in dest.parents):
+        raise UsageError(f"--report_path {report_path} is inside the study folder {out}, whose files the report "
+                         f"would replace; pass a folder outside it, or leave it out for {Path(out) / 'report'}")
 
 
 def _run_inject(cfg) -> int:

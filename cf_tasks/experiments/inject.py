@@ -38,7 +38,7 @@ from pathlib import Path
 from ..errors import CFTasksError
 from ..files import atomic_write, tmp_name
 from ..results import rows_to_csv
-from .inject_facts import FAMILIES, GROUPS, choose_groups, closed_book, known_of, load_groups
+from .inject_facts import FAMILIES, GROUPS, check_fact_counts, choose_groups, closed_book, known_of, load_groups
 from .inject_measure import LOSS_COLUMNS, MEASURE_COLUMNS, MEASURED, loss_rows, measure_facts
 from .lm import batches, greedy_answers, kind_counts, load_model, per_example_loss
 from .study_folder import StudyError, claim_study_folder, read_jsonl, run_name, settings_of, store_json
@@ -427,6 +427,7 @@ def run_study(cfg: InjectConfig, log=print) -> int:
     from ..checkpoints import folder_identity
 
     check_config(cfg)
+    check_fact_counts(cfg)
     base = base_model(cfg)
     claim_folder(cfg, folder_identity(base))
     counts = choose_groups(cfg, base, log)

@@ -24,9 +24,18 @@ def closed_book(point: dict) -> dict:
     return {**point, "kind": "S", "input": ""}
 
 
+_CANDIDATES: dict = {}  # built once per process: the checks before the study and the study read them
+
+
 def candidate_facts(seed: int | None = None) -> dict[str, list[dict]]:
     """Candidates per part: ``train`` (S points of the training part, with their CS twin and a
     counterfactual item) and ``heldout`` (one counterfactual item per held-out fact, as a point)."""
+    if seed not in _CANDIDATES:
+        _CANDIDATES[seed] = _candidate_facts(seed)
+    return {part: list(points) for part, points in _CANDIDATES[seed].items()}
+
+
+def _candidate_facts(seed: int | None) -> dict[str, list[dict]]:
     from dataset_builders import DEFAULT_SEED
     from dataset_builders.split import split_of
     from dataset_builders.training import counterfactual_points, fact_id, training_points
@@ -65,6 +74,22 @@ def known_of(point: dict, answer: str) -> bool:
                              "counterfactual_aliases": point["cf_aliases"]})
 
 
+def check_fact_counts(cfg) -> None:
+    """``--t_facts`` and ``--n_facts`` within the facts there are (a ``StudyError`` before the study
+    folder is claimed or any model loads); nothing to check once the groups are chosen."""
+    from .study_folder import StudyError
+
+    if (Path(cfg.output_path) / "data" / "groups.json").is_file():
+        return
+    cands = candidate_facts()
+    if cfg.t_facts > len(cands["train"]):
+        raise StudyError(f"--t_facts {cfg.t_facts}: the study has {len(cands['train'])} training facts; pass at "
+                         f"most {len(cands['train'])}")
+    if cfg.n_facts > len(cands["heldout"]) // 2:
+        raise StudyError(f"--n_facts {cfg.n_facts}: at most half of the {len(cands['heldout'])} held-out facts are "
+                         f"controls (the rest are the probe facts); pass at most {len(cands['heldout']) // 2}")
+
+
 def choose_groups(cfg, base: Path, log=print) -> dict:
     """T, E and N from the facts the base model does not know closed-book (``OUT/data``)."""
     data = Path(cfg.output_path) / "data"
@@ -90,6 +115,9 @@ def choose_groups(cfg, base: Path, log=print) -> dict:
     unknown_held = [p for p in cands["heldout"] if not answers[p["fact_id"]]["known"]]
     t = rng.sample(unknown_train, min(cfg.t_facts, len(unknown_train)))
     n = rng.sample(unknown_held, min(cfg.n_facts, len(unknown_held) // 2))
+    if len(t) < cfg.t_facts or len(n) < cfg.n_facts:  # the base model knows some of the facts asked for
+        log(f"facts: the base model does not know {len(unknown_train)} training and {len(unknown_held)} held-out "
+            f"facts: T holds {len(t)} of --t_facts {cfg.t_facts}, N {len(n)} of --n_facts {cfg.n_facts}")
     n_ids = {p["fact_id"] for p in n}
     e = [p for p in unknown_held if p["fact_id"] not in n_ids]
     groups = {"T": t, "E": e, "N": n}

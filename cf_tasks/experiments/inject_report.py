@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 from ..files import atomic_write
 from ..results import rows_to_csv
-from .study_folder import fmt_number, folder_design, md_table, read_csv, read_jsonl, save_fig
+from .study_folder import fmt_number, folder_design, md_table, own_views, read_csv, read_jsonl, save_fig
 
 RAW = ("measure.csv", "loss.csv", "gate.json", "epochs.csv", "data.csv", "runs.csv", "sweep.csv",
        "sweep_summary.csv", "settings.json")
@@ -101,7 +102,7 @@ def collect(out: Path, target: Path) -> None:
     atomic_write(target / "measure.csv", rows_to_csv(measured, MEASURE_COLUMNS))
     atomic_write(target / "loss.csv", rows_to_csv(losses, LOSS_COLUMNS))
     atomic_write(target / "runs.csv", rows_to_csv(runs, RUN_COLUMNS))
-    sweeps = out / "sweeps"
+    sweeps, near = out / "sweeps", None
     if (sweeps / "sweep.json").is_file():
         from ..sweep.views import rebuild_views
 
@@ -111,7 +112,9 @@ def collect(out: Path, target: Path) -> None:
         inside = swept[1:-1]
         near = min(inside, key=lambda s: (abs(s - peak), s)) if peak is not None and inside else None
         rebuild_views(sweeps, peak_step=near)
-    sweep_rows, summary = _sweep_rows(sweeps)
+    with tempfile.TemporaryDirectory(prefix="cf-tasks-views-") as scratch:
+        views = own_views(out, sweeps, Path(scratch), near) if (sweeps / "sweep.json").is_file() else sweeps
+        sweep_rows, summary = _sweep_rows(views)
     atomic_write(target / "sweep.csv", rows_to_csv(sweep_rows, SWEEP_COLUMNS))
     atomic_write(target / "sweep_summary.csv", rows_to_csv(summary, list(summary[0]) if summary else ["run"]))
 

@@ -111,6 +111,25 @@ def claim_study_folder(out: Path, record: dict) -> None:
     store_json(path, record)
 
 
+# ------------------------------------------------------------------------------- the sweep's views
+
+def own_views(out: Path, sweeps: Path, scratch: Path, peak_step: int | None = None) -> Path:
+    """The folder whose ``sweep.csv`` and ``summary.csv`` hold this study's runs only: ``sweeps``
+    itself, or, when its store also holds them at another place (a study folder moved or copied,
+    then resumed: same checkpoints, same results, older paths), views made again into ``scratch``
+    from the rows of the runs under ``out/runs``, so that each result counts once and the summary's
+    tests are adjusted over the study's own series."""
+    from ..sweep.views import sweep_rows, write_outputs
+
+    rows = sweep_rows(sweeps)
+    runs = (Path(out) / "runs").resolve()
+    mine = [r for r in rows if r.get("run") and Path(r["run"]).resolve().parent == runs]
+    if len(mine) == len(rows) or not mine:  # (no run under out/runs: the sweep's views as they are)
+        return sweeps
+    write_outputs(scratch, mine, [], stores=[sweeps], peak_step=peak_step)
+    return scratch
+
+
 # ----------------------------------------------------------------------------------------- report
 
 def save_fig(fig, path: Path) -> None:

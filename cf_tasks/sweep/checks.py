@@ -79,6 +79,32 @@ def check_output_folder(out: Path) -> None:
         raise SweepError(f"--output_path {out}: {existing} is not writable; pass a writable folder")
 
 
+# The parts of a sweep folder that only the sweep writes: its store, its claims and its views.
+SWEEP_PARTS = (store.STORE, store.FAILURES, store.DIGESTS, store.DAMAGED, "claims", "checkpoints")
+
+
+def tracker_folders(cfg: SweepConfig) -> list[tuple[str, Path]]:
+    """(how the user wrote it, the folder) of each folder a tracker of ``--report_to`` writes into."""
+    from ..trackers import parse_report_args, parse_report_to
+
+    pairs = parse_report_args(cfg.report_args, parse_report_to(cfg.report_to)) if cfg.report_args else {}
+    found = [("tensorboard.log_dir", pairs.get("tensorboard", {}).get("log_dir")),
+             ("wandb.dir", pairs.get("wandb", {}).get("dir"))]
+    return [(f"--report_args {key}=", Path(value).expanduser()) for key, value in found if value]
+
+
+def check_output_outside_inputs(outs: list[Path], out: Path) -> None:
+    """``report --output_path``: not inside the store or the views of a folder it reads, whose
+    content its files would change (the folder itself is allowed: the report merges into it)."""
+    dest = out.expanduser().resolve()
+    for src in outs:
+        root = src.expanduser().resolve()
+        if root in dest.parents and dest.relative_to(root).parts[0] in SWEEP_PARTS:
+            part = dest.relative_to(root).parts[0]
+            raise SweepError(f"--output_path {out} is inside {Path(src) / part}, a part of the sweep folder {src} that "
+                             f"this report reads; pass a folder outside it (or {src} itself to merge into it)")
+
+
 def check_peak_step_planned(cfg: SweepConfig, run_dir: Path) -> None:
     """``--peak_step``: the step of a checkpoint the sweep scores, neither its first nor its last (a
     SweepError of one line before any model loads). With --watch it is checked by each summary."""
@@ -142,12 +168,13 @@ def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
                                  "fix its permissions or move it out of the run folder") from None
     out = Path(cfg.output_path)
     check_output_folder(out)
-    inside = [p for p in [*(c for c in children if c.is_dir() and step_of(c.name) is not None),
-                          *([Path(cfg.base)] if cfg.base and Path(cfg.base).is_dir() else [])]
-              if p.resolve() == out.resolve() or p.resolve() in out.resolve().parents]
-    if inside:  # its files would be part of that model's content id, which then changes at each write
-        raise SweepError(f"--output_path {out} is inside the model folder {inside[0]}, whose content it would "
-                         "change; pass an output folder outside it")
+    models = [*(c for c in children if c.is_dir() and step_of(c.name) is not None),
+              *([Path(cfg.base)] if cfg.base and Path(cfg.base).is_dir() else [])]
+    for flag, folder in [("--output_path ", out), *tracker_folders(cfg)]:
+        inside = [p for p in models if p.resolve() == folder.resolve() or p.resolve() in folder.resolve().parents]
+        if inside:  # its files would be part of that model's content id, which then changes at each write
+            raise SweepError(f"{flag}{folder} is inside the model folder {inside[0]}, whose content it would "
+                             "change; pass an output folder outside it")
     if out.is_dir() and (out / MANIFEST).is_file() and not (out / store.STORE).is_dir():
         raise SweepError(f"{out}: written by an older cf-tasks (a manifest but no store/); pass a new --output_path "
                          "(or move that folder aside) to sweep with the results store")

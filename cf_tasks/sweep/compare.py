@@ -129,6 +129,12 @@ def compare(sources: list[str], target: Path, mixed_versions: bool = False) -> t
     """The studies read, checked and drawn into ``target``: (the studies, the lines drawn)."""
     if len(sources) < 2:
         raise SweepError("--compare needs two or more studies; pass e.g. report --compare SWEEP_A SWEEP_B --output_path DIR")
+    seen: dict = {}
+    for s in sources:  # one study twice would draw its lines twice and count its rows twice
+        key = Path(s).expanduser().resolve() if Path(s).expanduser().is_dir() else s.rstrip("/")
+        if key in seen:
+            raise SweepError(f"--compare: {s} is given twice (as {seen[key]}); pass each study once")
+        seen[key] = s
     studies = [read_study(s) for s in sources]
     labels = [label for label, _ in studies]
     if len(set(labels)) < len(labels):  # two folders of one name: their whole paths tell them apart

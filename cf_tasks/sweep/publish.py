@@ -140,3 +140,45 @@ def upload_folder(out: Path, repo_id: str, token: str, private: bool, revision: 
                                  commit_message="cf-tasks: publish sweep results")
     except OSError as err:
         raise hub_error("upload to", repo_id, err, token) from None
+
+
+# ------------------------------------------------------------------------- a dry run's folder
+
+DRY_RUN_NAMES = frozenset({*CONFIGS.values(), PLOT, SETTINGS, "README.md"})
+
+
+def check_dry_run_target(results: Path, target: Path) -> None:
+    """``--dry_run --output_path``: a folder that is neither the sweep folder read, nor inside it, nor
+    another sweep's output folder, whose tables the repository's files would replace (exit 2)."""
+    if target.exists() and not target.is_dir():
+        raise SweepError(f"--output_path {target} is a file, not a folder; pass a folder (it is created if missing)")
+    src, dest = results.resolve(), target.expanduser().resolve()
+    if dest == src or src in dest.parents:
+        raise SweepError(f"--output_path {target} is the sweep folder read (--results {results}) or inside it, whose "
+                         "tables it would replace; pass a new folder")
+    if (target / store.STORE).is_dir() or (target / "manifest.json").is_file():
+        raise SweepError(f"--output_path {target} holds a sweep's results, whose tables the repository's files would "
+                         "replace; pass a new folder (or the folder of an earlier dry run)")
+    if (target / "data").is_dir():
+        raise SweepError(f"--output_path {target} holds a dataset export (data/), whose card the repository's card "
+                         "would replace; pass a new folder (or the folder of an earlier dry run of a sweep)")
+
+
+def write_dry_run(results: Path, target: Path, repo_id: str) -> dict[str, int]:
+    """The repository's files written to ``target`` as one set: one dry run at a time (a lock on the
+    folder itself, so that it holds the repository's files only), staged inside it, the files of an
+    earlier dry run that this one does not write removed, ``settings.json`` last."""
+    from ..files import OutputLock, clean_stages, publish, stage_dir
+
+    with OutputLock(target, "publish", on_folder=True):
+        clean_stages(target, "publish")
+        stage = stage_dir(target, "publish")
+        try:
+            counts = export_results(results, stage, repo_id)
+            settings = json.loads((stage / SETTINGS).read_text())
+            (stage / SETTINGS).unlink()
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        publish(stage, target, SETTINGS, settings, set(DRY_RUN_NAMES))
+    return counts

@@ -79,6 +79,7 @@ def parse_report_args(text: str | None, trackers: list[str], eval_keys: bool = F
         raise TrackerError("--report_args without --report_to; name the trackers with --report_to, e.g. "
                            "--report_to tensorboard")
     common = COMMON_KEYS + (EVAL_KEYS if eval_keys else ())
+    seen: set[str] = set()
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
@@ -86,6 +87,9 @@ def parse_report_args(text: str | None, trackers: list[str], eval_keys: bool = F
         key, value = key.strip(), value.strip()
         if not eq or not key or not value:
             raise TrackerError(f"--report_args: {part!r} is not key=value; pass e.g. project=my-run,wandb.mode=offline")
+        if key in seen:  # one of the values would be dropped without a word
+            raise TrackerError(f"--report_args: {key} is given twice; pass each key once")
+        seen.add(key)
         tracker, dot, name = key.rpartition(".")
         if not dot:
             if key not in common:
