@@ -116,11 +116,15 @@ def results_json_bytes(results: dict) -> bytes:
     return (json.dumps(clean, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n").encode()
 
 
-def save_results(results: dict, out_dir: Path) -> Path:
-    """Write results.json, results.csv and samples_<task>.jsonl into ``out_dir`` as one set; returns
-    the JSON. The files are staged in the folder, then land (one landing at a time): the old
-    results.json goes first, the samples of an earlier run's other tasks are removed, the new files
-    come in and results.json last, so that the folder never holds two runs' files."""
+EVAL_SETTINGS = "settings.json"  # the settings of the eval whose results a folder holds
+
+
+def save_results(results: dict, out_dir: Path, settings: dict | None = None) -> Path:
+    """Write results.json, results.csv and samples_<task>.jsonl (and ``settings``, the run's settings,
+    as settings.json) into ``out_dir`` as one set; returns the JSON. The files are staged in the
+    folder, then land (one landing at a time): the old results.json goes first, the samples of an
+    earlier run's other tasks are removed, the new files come in and results.json last, so that the
+    folder never holds two runs' files."""
     from lm_eval.utils import handle_non_serializable
 
     out_dir = Path(out_dir)
@@ -130,6 +134,8 @@ def save_results(results: dict, out_dir: Path) -> Path:
         lines = "".join(json.dumps(s, default=handle_non_serializable, ensure_ascii=False) + "\n" for s in samples)
         files[f"samples_{task}.jsonl"] = lines.encode("utf-8")
     files["results.csv"] = rows_to_csv(tidy_rows(results), TIDY_COLUMNS)
+    if settings is not None:
+        files[EVAL_SETTINGS] = (json.dumps(settings, indent=2, sort_keys=True) + "\n").encode()
     files["results.json"] = results_json_bytes(results)
     _land(out_dir, files, "results.json", "samples_*.jsonl")
     return out_dir / "results.json"

@@ -358,17 +358,38 @@ def _fake_results(task: str, value: float) -> dict:
             "samples": {task: [{"doc_id": 0, "filtered_resps": ["Paris"], "counterfactual_acc": value}]}}
 
 
-def test_an_eval_of_other_tasks_into_a_used_folder_leaves_none_of_the_earlier_runs_files(tmp_path, monkeypatch):
+def test_an_eval_of_other_settings_into_a_used_folder_is_refused_and_the_same_settings_replace(tmp_path, monkeypatch,
+                                                                                              capsys):
     from cf_tasks import evaluate
 
     out, real_run = tmp_path / "out", evaluate.run_lm_eval
-    for task, value in (("cf_capitals", 0.25), ("cf_quotes", 0.75)):
-        monkeypatch.setattr(evaluate, "run_lm_eval",
-                            mock.create_autospec(real_run, return_value=_fake_results(task, value)))
-        assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", task, "--output_path", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["results.csv", "results.json", "samples_cf_quotes.jsonl"]
-    assert list(json.loads((out / "results.json").read_text())["results"]) == ["cf_quotes"]
-    assert {r["task"] for r in _rows(out / "results.csv")} == {"cf_quotes"}
+    base = ["eval", "--model_args", f"pretrained={tmp_path}", "--output_path", str(out)]
+    monkeypatch.setattr(evaluate, "run_lm_eval", mock.create_autospec(real_run, return_value=_fake_results("cf_capitals", 0.25)))
+    assert main(base + ["--tasks", "cf_capitals"]) == 0
+    capsys.readouterr()
+    before = _files(out)
+    assert sorted(before) == ["results.csv", "results.json", "samples_cf_capitals.jsonl", "settings.json"]
+    for other, named in ((["--tasks", "cf_quotes"], "other --tasks"), (["--tasks", "cf_capitals", "--limit", "3"], "other --limit"),
+                         (["--tasks", "cf_capitals", "--no_knowledge"], "other --no_knowledge")):
+        run = mock.create_autospec(real_run, return_value=_fake_results("cf_quotes", 0.75))
+        monkeypatch.setattr(evaluate, "run_lm_eval", run)
+        assert main(base + other) == 2
+        one_line(capsys, f"--output_path {out} holds the results of another eval ({named})",
+                 "pass another --output_path, or delete")
+        run.assert_not_called()  # refused before any model loads
+        assert _files(out) == before
+    # an earlier cf-tasks left no settings record: refused too, never replaced unseen
+    (out / "settings.json").unlink()
+    assert main(base + ["--tasks", "cf_capitals"]) == 2
+    one_line(capsys, "its settings are not recorded")
+    assert main(base + ["--tasks", "cf_capitals"]) == 2  # still refused: nothing was written
+    capsys.readouterr()
+    (out / "results.json").unlink()  # the fix the message names
+    # the same settings run again replace their own results (task order does not matter)
+    monkeypatch.setattr(evaluate, "run_lm_eval", mock.create_autospec(real_run, return_value=_fake_results("cf_capitals", 0.5)))
+    assert main(base + ["--tasks", "cf_capitals"]) == 0
+    assert main(base + ["--tasks", "cf_capitals,"]) == 0
+    assert {r["task"]: float(r["value"]) for r in _rows(out / "results.csv")} == {"cf_capitals": 0.5}
 
 
 def test_a_full_disk_while_eval_lands_its_files_keeps_the_earlier_run_whole(tmp_path, monkeypatch, capsys):
@@ -383,7 +404,7 @@ def test_a_full_disk_while_eval_lands_its_files_keeps_the_earlier_run_whole(tmp_
     capsys.readouterr()
     before = _files(out)
     monkeypatch.setattr(evaluate, "run_lm_eval",
-                        mock.create_autospec(real_run, return_value=_fake_results("cf_quotes", 0.75)))
+                        mock.create_autospec(real_run, return_value=_fake_results("cf_capitals", 0.75)))
     real = results.atomic_write
 
     def fills_at_the_json(path, data):
@@ -392,7 +413,7 @@ def test_a_full_disk_while_eval_lands_its_files_keeps_the_earlier_run_whole(tmp_
         real(path, data)
 
     monkeypatch.setattr(results, "atomic_write", mock.create_autospec(real, side_effect=fills_at_the_json))
-    assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", "cf_quotes", "--output_path",
+    assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", "cf_capitals", "--output_path",
                  str(out)]) == 1
     one_line(capsys, f"--output_path {out}", "No space left on device")
     assert _files(out) == before and sorted(p.name for p in out.iterdir()) == sorted(before)

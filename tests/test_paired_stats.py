@@ -248,11 +248,12 @@ def test_a_peak_step_declared_in_advance_equals_a_hand_computation(fake_store, t
     capsys.readouterr()
     before = (out / "summary.csv").read_bytes()
     for bad, shown in (("250", "--peak_step 250: not the step of a checkpoint"), ("100", "--peak_step 100: not the"),
-                       ("400", "--peak_step 400: not the"), ("x", "--peak_step 'x' is not a whole number")):
+                       ("400", "--peak_step 400: not the"), ("x", "--peak_step 'x' is not a whole number"),
+                       ("\u0663\u0660\u0660", "--peak_step '\u0663\u0660\u0660' is not a whole number")):
         assert main(["report", str(out), "--peak_step", bad]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"cf-tasks: error: {shown}"), lines
-        if bad != "x":
+        if bad.isdigit() and bad.isascii():
             assert "pass one of: 200, 300" in lines[0]
     assert (out / "summary.csv").read_bytes() == before  # nothing written
 

@@ -81,6 +81,8 @@ def parse_peak_step(text: str | None) -> int | None:
     if text is None:
         return None
     try:
+        if not text.strip().isascii():  # int() reads other scripts' digits: "٣" is not a step
+            raise ValueError(text)
         return int(text)
     except ValueError:
         raise UsageError(f"--peak_step {text!r} is not a whole number; pass the step of a checkpoint, "

@@ -7,6 +7,7 @@ first, then the task names and ``--metadata``'s keys against the one index the r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -107,6 +108,39 @@ def check_arguments(args: argparse.Namespace, tasks: list[str]) -> dict:
     return model_args
 
 
+def eval_settings(args: argparse.Namespace, tasks: list[str], metadata: dict | None) -> dict:
+    """What makes two evals' results different results: the model, its arguments, the tasks and
+    how they are asked, as given on the command line (batch size and device are left out)."""
+    return {"model": args.model, "model_args": args.model_args, "tasks": sorted(set(tasks)), "limit": args.limit,
+            "metadata": metadata, "apply_chat_template": args.apply_chat_template,
+            "knowledge": not args.no_knowledge, "attention": bool(args.attention)}
+
+
+FLAGS = {"knowledge": "--no_knowledge"}  # a setting named otherwise than its flag
+
+
+def check_used_folder(out: Path, settings: dict) -> None:
+    """An ``--output_path`` that holds another eval's results is refused before any model loads: a
+    finished result is never replaced by one of other settings. The same settings run again replace
+    their own results."""
+    from ..results import EVAL_SETTINGS
+
+    found = out / "results.json"
+    if not found.is_file():
+        return
+    try:
+        earlier = json.loads((out / EVAL_SETTINGS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        earlier = None
+    if isinstance(earlier, dict) and earlier == json.loads(json.dumps(settings)):
+        return
+    differ = ("its settings are not recorded" if not isinstance(earlier, dict) else
+              "other " + ", ".join(FLAGS.get(k, f"--{k}") for k in settings
+                                   if earlier.get(k) != json.loads(json.dumps(settings[k]))))
+    raise UsageError(f"--output_path {out} holds the results of another eval ({differ}); pass another "
+                     f"--output_path, or delete {found} to replace them")
+
+
 def run(args: argparse.Namespace) -> int:
     from lm_eval.utils import make_table
 
@@ -118,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     tasks = task_list(args.tasks)
     metadata = parse_metadata(args.metadata)  # its values; its keys below, once the tasks are known
     given_args = check_arguments(args, tasks)
+    settings = eval_settings(args, tasks, metadata)
+    if args.output_path:
+        check_used_folder(Path(args.output_path), settings)
     trackers = check_trackers(args, eval_keys=True)
     # Built once: lm-eval's own index (~7 s) only when a task is not ours.
     tm = task_manager(include_defaults=needs_builtin_tasks(tasks), metadata=metadata)
@@ -161,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         from ..results import save_results
 
         try:
-            path = save_results(results, Path(args.output_path))
+            path = save_results(results, Path(args.output_path), settings)
         except OSError as err:  # checked before the run, but a disk fills and permissions change:
             # not a bad argument, so exit 1, as a sweep or report that cannot write
             raise RunError(f"--output_path {args.output_path}: cannot write the results "
