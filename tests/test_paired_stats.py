@@ -258,18 +258,24 @@ def test_a_peak_step_declared_in_advance_equals_a_hand_computation(fake_store, t
     assert (out / "summary.csv").read_bytes() == before  # nothing written
 
 
-def test_a_peak_step_not_in_the_run_stops_the_sweep_before_any_model_loads(tmp_path, capsys):
+@pytest.mark.parametrize("flags, message", [
+    (["--peak_step", "25"], "--peak_step 25: not the step of a checkpoint between the sweep's first and last "
+                            "(steps: 10, 20, 30); pass one of: 20"),
+    (["--tasks", "cf_capitals", "--primary", "cf_bio"], "--primary 'cf_bio': not a task this sweep scores; pass one "
+                                                        "of: cf_capitals"),
+    (["--tasks", "cf_capitals", "--primary", "cf_capitals_agree"], "--primary 'cf_capitals_agree': not a task this "
+                                                                   "sweep scores; pass one of: cf_capitals")])
+def test_a_verdict_flag_that_cannot_apply_stops_the_sweep_before_any_model_loads(tmp_path, capsys, flags, message):
     import cf_tasks.sweep.plan as plan
 
     run = tmp_path / "run"
     for step in (10, 20, 30):
         (run / f"checkpoint-{step}").mkdir(parents=True)
     with mock.patch.object(plan, "make_backend", autospec=True) as make:
-        assert main(["sweep", str(run), "--output_path", str(tmp_path / "out"), "--peak_step", "25"]) == 2
+        assert main(["sweep", str(run), "--output_path", str(tmp_path / "out"), *flags]) == 2
         make.assert_not_called()
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == ["cf-tasks: error: --peak_step 25: not the step of a checkpoint between the sweep's first and last "
-                     "(steps: 10, 20, 30); pass one of: 20"]
+    assert lines == [f"cf-tasks: error: {message}"]
 
 
 def test_series_of_other_settings_or_run_folders_are_never_paired(tmp_path):
@@ -457,19 +463,3 @@ def test_a_primary_series_is_adjusted_alone_and_gates_the_rest(fake_store, capsy
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"cf-tasks: error: {shown}"), lines
     assert (out / "summary.csv").read_bytes() == before  # nothing written
-
-
-def test_a_primary_task_the_sweep_does_not_score_stops_it_before_any_model_loads(tmp_path, capsys):
-    import cf_tasks.sweep.plan as plan
-
-    run = tmp_path / "run"
-    for step in (10, 20, 30):
-        (run / f"checkpoint-{step}").mkdir(parents=True)
-    with mock.patch.object(plan, "make_backend", autospec=True) as make:
-        assert main(["sweep", str(run), "--output_path", str(tmp_path / "out"), "--tasks", "cf_capitals",
-                     "--primary", "cf_bio"]) == 2
-        make.assert_not_called()
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cf-tasks: error: --primary 'cf_bio': not a task this sweep "
-                                                   "scores; pass one of: "), lines
-    assert "cf_capitals" in lines[0]

@@ -121,9 +121,12 @@ def check_peak_step_planned(cfg: SweepConfig, run_dir: Path) -> None:
 def check_primary_planned(cfg: SweepConfig, tasks) -> None:
     """``--primary``: each name is a task the sweep scores, or a series of one (``TASK [RUN]``); a
     SweepError of one line before any model loads."""
+    from ..registry import twin_of
+
+    scored = sorted(t for t in tasks if not twin_of(t))  # an agreeing twin is a control, not a series
     for name in cfg.primary:
-        if name.split(" [", 1)[0] not in tasks:
-            raise SweepError(f"--primary {name!r}: not a task this sweep scores; pass one of: {', '.join(sorted(tasks))}")
+        if name.split(" [", 1)[0] not in scored:
+            raise SweepError(f"--primary {name!r}: not a task this sweep scores; pass one of: {', '.join(scored)}")
 
 
 def check_arguments(cfg: SweepConfig) -> tuple[Path, Path, dict]:
