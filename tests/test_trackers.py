@@ -91,12 +91,29 @@ def wandb_records(path: Path):
             yield record
 
 
+def wandb_files(out: Path, wait: float = 30.0) -> list[Path]:
+    """The W&B run files under ``out``, once each holds its run record and has stopped growing: W&B's
+    service writes a finished run's file on its own, so a read right after ``finish`` can, on a busy
+    machine, come before the last records."""
+    import time
+
+    deadline, last = time.monotonic() + wait, None
+    while True:
+        paths = sorted(out.rglob("*.wandb"))
+        sizes = [p.stat().st_size for p in paths]
+        ready = paths and all(any(r.WhichOneof("record_type") == "run" for r in wandb_records(p)) for p in paths)
+        if (ready and sizes == last) or time.monotonic() > deadline:
+            return paths
+        last = sizes
+        time.sleep(0.5)
+
+
 def wandb_points(out: Path, tag: str) -> list[tuple[int, float]]:
     """Every history row of the W&B offline run files under ``out``: (the step axis, the value)."""
     import json
 
     found = []
-    for path in sorted(out.rglob("*.wandb")):
+    for path in wandb_files(out):
         for record in wandb_records(path):
             if record.WhichOneof("record_type") == "history":
                 row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
@@ -138,7 +155,7 @@ def summaries(name: str, out: Path) -> dict[str, str]:
         return {k[len("summary/"):]: str(v) for row in SQLiteStorage.get_logs(PROJECT, run) for k, v in row.items()
                 if k.startswith("summary/")}
     found = {}
-    for path in sorted(out.rglob("*.wandb")):
+    for path in wandb_files(out):
         for record in wandb_records(path):
             if record.WhichOneof("record_type") == "summary":
                 for item in record.summary.update:

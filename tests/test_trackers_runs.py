@@ -18,7 +18,7 @@ from cf_tasks.sweep import SweepConfig, run_sweep
 from cf_tasks.trackers.reporter import LEDGER
 from test_trackers import (  # noqa: F401 (fixtures)
     INSTALLED, METRIC, PROJECT, SECRET, STEPS, TASK, needs, offline_trackers, read_back, run3, tensorboard_points,
-    trackio_points, wandb_records,
+    trackio_points, wandb_files, wandb_records,
 )
 from tiny_model import build_full_checkpoint
 
@@ -174,11 +174,15 @@ def test_a_sweep_joins_an_existing_wandb_run_by_its_id(run3, tmp_path, offline_t
     run.log({"train/loss": 1.5, "train/global_step": 100})
     run.finish()
     out = tmp_path / "out"
-    assert _sweep(run3, out, "wandb", f"project={PROJECT},wandb.id=trainer-run-1") == 0
-    runs = [(r.run.run_id, r.run.project) for path in out.rglob("*.wandb") for r in wandb_records(path)
+    said = []
+    assert _sweep(run3, out, "wandb", f"project={PROJECT},wandb.id=trainer-run-1",
+                  log=lambda *a, **k: said.append(" ".join(map(str, a)))) == 0
+    assert not [line for line in said if "warning" in line], said
+    runs = [(r.run.run_id, r.run.project) for path in wandb_files(out) for r in wandb_records(path)
             if r.WhichOneof("record_type") == "run"]
-    assert runs and set(runs) == {("trainer-run-1", PROJECT)}, runs
-    steps = sorted(int(row["train/global_step"]) for path in out.rglob("*.wandb") for row in _history(path)
+    assert runs and set(runs) == {("trainer-run-1", PROJECT)}, (runs, [(p.name, p.stat().st_size)
+                                                                       for p in out.rglob("*.wandb")])
+    steps = sorted(int(row["train/global_step"]) for path in wandb_files(out) for row in _history(path)
                    if METRIC in row)
     assert steps == STEPS
 
