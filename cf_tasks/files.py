@@ -142,6 +142,22 @@ EMPTY_MEANS_DEFAULT = {"metadata": ("--metadata", "pass a JSON object, e.g. '{\"
                        "report_args": ("--report_args", "pass KEY=VALUE pairs, or leave it out")}
 
 
+def _ascii_number(kind):
+    """An argparse ``type`` that reads ``kind`` (int or float) from ASCII text only: Python's own
+    would read other scripts' digits ("٣" is 3), which no one types as a number of steps."""
+
+    def read(text: str):
+        if not text.isascii():
+            raise ValueError(text)
+        return kind(text)
+
+    read.__name__ = kind.__name__  # argparse's message: "invalid int value: '٣'"
+    return read
+
+
+ascii_int, ascii_float = _ascii_number(int), _ascii_number(float)
+
+
 def check_not_empty(args) -> None:
     """A ``UsageError`` for the first path argument of ``args`` that is an empty string (or blanks),
     or an argument whose empty value would silently mean its default."""

@@ -460,3 +460,24 @@ def test_a_datasets_export_and_a_sweeps_dry_run_never_share_a_folder(tmp_path, c
     assert main(["publish", "--repo_id", "my-org/cf-tasks", "--dry_run", "--out", str(study), "--quiet"]) == 2
     one_line(capsys, f"--out {study} holds a sweep's results", "pass a new folder")
     assert _files(study) == before
+
+
+# ---------------------------------------------------------------------------- numbers in other scripts' digits
+
+
+@pytest.mark.parametrize("argv", [
+    ["build", "--seed", "\u0667"], ["publish", "--repo_id", "o/n", "--seed", "\u0667"],
+    ["eval", "--tasks", "cf_bio", "--limit", "\u0663"], ["sweep", "r", "--output_path", "o", "--max_polls", "\u0663"],
+    ["sweep", "r", "--output_path", "o", "--limit", "\uff13"], ["experiment", "inversion", "--steps", "\u0663"],
+    ["experiment", "mechanism", "--steps", "\u0663"], ["filter-data", "in.jsonl", "--batch_size", "\u0663"],
+])
+def test_a_number_in_another_scripts_digits_is_refused_by_every_command(argv, tmp_path, monkeypatch, capsys):
+    """Python's int() and float() read Arabic-Indic or full-width digits as numbers; no one types a
+    number of steps that way, so every numeric flag takes ASCII only (exit 2, nothing written)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid int value" in err or "invalid float value" in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..files import OutputLock, writable_dir
+from ..files import OutputLock, ascii_int, writable_dir
 
 
 def add_parser(sub) -> None:
@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("build", help="build the counterfactual datasets (or training points) to files")
     p.add_argument("--dataset", default="all", help="dataset name or 'all' (default)")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"builder seed (default {DEFAULT_SEED})")
+    p.add_argument("--seed", type=ascii_int, default=DEFAULT_SEED, help=f"builder seed (default {DEFAULT_SEED})")
     p.add_argument("--output_path", "--out", dest="out", metavar="DIR", required=True, help="output folder")
     p.add_argument("--format", default=None,
                    help=f"{' or '.join(FORMATS)} (default {FORMATS[0]}); with --for_training: alpaca (default) or "

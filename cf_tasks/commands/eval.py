@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RunError, UsageError
+from ..files import ascii_float
 from ..trackers import add_arguments as add_tracker_arguments
 from .common import ATTENTION_HELP, METADATA_HELP, NO_KNOWLEDGE_HELP, check_trackers, parse_metadata, task_list
 
@@ -21,7 +22,7 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default="hf", help="lm-eval model type (hf, vllm, ...)")
     p.add_argument("--model_args", default=None, help="lm-eval model_args; omit for the default model")
     p.add_argument("--tasks", default="cf_suite", help="comma-separated tasks or groups")
-    p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
+    p.add_argument("--limit", type=ascii_float, default=None, help="items per task (lm-eval --limit)")
     p.add_argument("--batch_size", default=None,
                    help="lm-eval batch size (default: 1; for the default model, one that is fast and gives the same answers)")
     p.add_argument("--device", default=None, help="lm-eval device (default: cuda if available, else cpu)")
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     device, batch_size = args.device, args.batch_size
     if not model_args:
         path = default_model_path()
-        model_args = f"pretrained={path},dtype=float32"
+        model_args = f"pretrained={path},dtype=ascii_float32"
         if batch_size is None:
             # Greedy answers equal to batch 1's; benchmarks/eval_bench.py measures both side by side.
             batch_size = DEFAULT_MODEL_BATCH_SIZE

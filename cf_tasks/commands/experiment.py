@@ -7,7 +7,7 @@ import argparse
 import time
 
 from ..errors import UsageError
-from ..files import writable_dir
+from ..files import ascii_int, writable_dir
 
 
 def add_parser(sub) -> None:
@@ -25,7 +25,7 @@ def add_mechanism_parser(experiments) -> None:
                           "counterfactual probes per fine-tuning step, four data arms")
     p.add_argument("--output_path", required=True, help="folder for <arm>.csv, summary.csv and <arm>.png")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
-    p.add_argument("--steps", type=int, default=200, help="fine-tuning steps per arm and seed (default 200)")
+    p.add_argument("--steps", type=ascii_int, default=200, help="fine-tuning steps per arm and seed (default 200)")
     p.add_argument("--no_plots", action="store_true", help="write the CSVs only")
     p.set_defaults(func=run_mechanism)
 

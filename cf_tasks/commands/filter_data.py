@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..files import ascii_float, ascii_int
+
 
 def add_parser(sub) -> None:
     from ..mitigations.filter import BY, DEFAULT_BATCH_SIZE, DTYPES, FORMATS
@@ -20,7 +22,7 @@ def add_parser(sub) -> None:
                                 "folder or a Hub dataset id")
     p.add_argument("--model", default=None, help="transformers model folder or Hub id (default: the embedded SmolLM2)")
     p.add_argument("--output_path", required=True, help="output folder (resumable: a rerun continues the scoring)")
-    p.add_argument("--drop", type=float, default=0.25, help="share of the context-bearing examples to drop "
+    p.add_argument("--drop", type=ascii_float, default=0.25, help="share of the context-bearing examples to drop "
                                                              "(default 0.25, as the paper)")
     p.add_argument("--by", choices=BY, default="loss",
                    help="loss: drop the lowest target loss without the context (the paper's rule, default); "
@@ -33,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--context_only", action="store_true",
                    help="drop the examples without a context too (the paper's context-only Alpaca)")
     p.add_argument("--split", default="train", help="split of a datasets folder or Hub id (default train)")
-    p.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
+    p.add_argument("--batch_size", type=ascii_int, default=DEFAULT_BATCH_SIZE,
                    help=f"examples per forward pass, each scored with and without its context (default "
                         f"{DEFAULT_BATCH_SIZE})")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..files import writable_dir
+from ..files import ascii_int, writable_dir
 
 
 def add_parser(sub) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--repo_id", "--repo-id", required=True, help="Hub dataset repository, ORG/NAME")
     p.add_argument("--private", action="store_true", help="create the repository as private")
     p.add_argument("--revision", default="main", help="branch to commit to")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="builder seed")
+    p.add_argument("--seed", type=ascii_int, default=DEFAULT_SEED, help="builder seed")
     p.add_argument("--dry_run", "--dry-run", action="store_true", help="write the repository layout to --out; upload nothing")
     p.add_argument("--out", "--output_path", dest="out", default=None, help="folder for the layout (required with --dry_run)")
     p.add_argument("--results", default=None, help="a sweep output folder: publish its results (sweep.csv, summary.csv, "

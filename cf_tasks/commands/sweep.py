@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import ascii_float, ascii_int
 from ..trackers import add_arguments as add_tracker_arguments
 from .common import (ATTENTION_HELP, METADATA_HELP, NO_KNOWLEDGE_HELP, add_verdict_arguments, parse_alpha,
                      parse_metadata, parse_peak_step, parse_primary, task_list)
@@ -24,7 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--output_path", required=True, help="sweep output folder (resumable)")
     p.add_argument("--backend", choices=("vllm", "hf"), default=None, help="default: vllm where installed, else hf")
     p.add_argument("--base", default=None, help="base model for LoRA adapters (default: from adapter_config.json)")
-    p.add_argument("--limit", type=float, default=None, help="items per task (lm-eval --limit)")
+    p.add_argument("--limit", type=ascii_float, default=None, help="items per task (lm-eval --limit)")
     p.add_argument("--batch_size", default=None,
                    help="lm-eval batch size, a number, auto or auto:N (hf backend; default 8 on a CPU, 1 on a GPU)")
     p.add_argument("--include_base", action="store_true", help="also score the base model as step 0")
@@ -32,21 +33,21 @@ def add_parser(sub) -> None:
                    help="I/N: score every N-th checkpoint starting at I (0-based); 'auto': I/N from "
                         "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or RANK/WORLD_SIZE")
     p.add_argument("--watch", action="store_true", help="keep polling RUN_DIR for new checkpoints")
-    p.add_argument("--poll_interval", type=float, default=30.0, help="seconds between polls with --watch")
-    p.add_argument("--settle_seconds", type=float, default=10.0,
+    p.add_argument("--poll_interval", type=ascii_float, default=30.0, help="seconds between polls with --watch")
+    p.add_argument("--settle_seconds", type=ascii_float, default=10.0,
                    help="with --watch, a checkpoint is complete once no file changed for this long")
-    p.add_argument("--max_polls", type=int, default=None, help="with --watch, stop after this many polls")
+    p.add_argument("--max_polls", type=ascii_int, default=None, help="with --watch, stop after this many polls")
     p.add_argument("--model_args", default=None,
                    help="lm-eval model_args for every checkpoint, on top of its pretrained/adapter, e.g. "
                         "dtype=bfloat16,gpu_memory_utilization=0.9 (default dtype=auto: the checkpoint's own)")
     p.add_argument("--device", default=None, help="hf backend device (default cuda if available, else cpu)")
-    p.add_argument("--tensor_parallel_size", type=int, default=None,
+    p.add_argument("--tensor_parallel_size", type=ascii_int, default=None,
                    help="vllm backend tensor parallelism (default 1; or --model_args tensor_parallel_size=N)")
-    p.add_argument("--lora_group", type=int, default=4,
+    p.add_argument("--lora_group", type=ascii_int, default=4,
                    help="LoRA adapters of one base generated together in one batch (1: one at a time)")
     p.add_argument("--apply_chat_template", action="store_true", help="wrap prompts in the chat template")
     p.add_argument("--metadata", default=None, help=METADATA_HELP)
-    p.add_argument("--lock_timeout", type=float, default=6 * 3600.0,
+    p.add_argument("--lock_timeout", type=ascii_float, default=6 * 3600.0,
                    help="seconds after which another host's claim on a checkpoint is taken over when it has no "
                         "heartbeat (a claim of a dead process on this host, or one whose heartbeat stopped for 5 "
                         "minutes, is taken over sooner)")

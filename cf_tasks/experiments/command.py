@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from ..files import OutputLock, writable_dir
+from ..files import OutputLock, ascii_float, ascii_int, writable_dir
 
 DESIGNS = ("inject", "known_lora")
 INJECT_ONLY = ("t_facts", "n_facts", "inject_lr", "t_epochs", "gate_recall", "gate_mc", "gate_n_shift", "sweep_every")
@@ -188,26 +188,26 @@ def add_parser(experiments) -> None:
                         "known_lora: cs_heavy, c_only, qk_only, filtered, augmented (default all)")
     p.add_argument("--seeds", default=None, help="training seeds (inject default 0; known_lora default 0,1 for cs_heavy)")
     p.add_argument("--model", default=None, help="base model folder (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--steps", type=int, default=None, help="fine-tuning steps per run (inject 160, known_lora 24)")
-    p.add_argument("--save_every", type=int, default=None, help="steps between checkpoints (inject 16, known_lora 8)")
-    p.add_argument("--lr", type=float, default=None, help="fine-tuning learning rate (inject 1e-5, known_lora 3e-4)")
+    p.add_argument("--steps", type=ascii_int, default=None, help="fine-tuning steps per run (inject 160, known_lora 24)")
+    p.add_argument("--save_every", type=ascii_int, default=None, help="steps between checkpoints (inject 16, known_lora 8)")
+    p.add_argument("--lr", type=ascii_float, default=None, help="fine-tuning learning rate (inject 1e-5, known_lora 3e-4)")
     p.add_argument("--tasks", default=None,
                    help="comma-separated tasks the sweeps score on their held-out items "
                         "(inject: cf_capitals,cf_world_facts; known_lora: cf_capitals)")
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=ascii_int, default=None,
                    help="held-out items per task in the sweeps (inject 40, cf_capitals always in full; known_lora 40)")
-    p.add_argument("--t_facts", type=int, default=None, help="inject: training facts taught, then C+S points (150)")
-    p.add_argument("--n_facts", type=int, default=None, help="inject: held-out facts never taught, the control (40)")
-    p.add_argument("--t_epochs", type=int, default=None,
+    p.add_argument("--t_facts", type=ascii_int, default=None, help="inject: training facts taught, then C+S points (150)")
+    p.add_argument("--n_facts", type=ascii_int, default=None, help="inject: held-out facts never taught, the control (40)")
+    p.add_argument("--t_epochs", type=ascii_int, default=None,
                    help="inject: teach T only in the last N epochs of phase A (default all), a weaker memory of T")
-    p.add_argument("--inject_lr", type=float, default=None, help="inject: learning rate of phase A (5e-5)")
-    p.add_argument("--sweep_every", type=int, default=None,
+    p.add_argument("--inject_lr", type=ascii_float, default=None, help="inject: learning rate of phase A (5e-5)")
+    p.add_argument("--sweep_every", type=ascii_int, default=None,
                    help="inject: steps between the checkpoints the sweep scores (48; a multiple of --save_every)")
-    p.add_argument("--gate_recall", type=float, default=None,
+    p.add_argument("--gate_recall", type=ascii_float, default=None,
                    help="inject: closed-book recall phase A must reach on the taught facts (0.95)")
-    p.add_argument("--gate_mc", type=float, default=None,
+    p.add_argument("--gate_mc", type=ascii_float, default=None,
                    help="inject: highest mean M_C on the probe facts after phase A (0.35)")
-    p.add_argument("--gate_n_shift", type=float, default=None,
+    p.add_argument("--gate_n_shift", type=ascii_float, default=None,
                    help="inject: largest change of the control facts' M_C and recall in phase A (0.10)")
     p.add_argument("--finish", action="store_true",
                    help="inject: close each run at its last checkpoint instead of training further (stop its "
