@@ -53,6 +53,9 @@ def test_eval_batch_size_and_device_defaults(captured_run, cpu_only, tmp_path, a
     assert main(["eval", "--tasks", "cf_capitals", *argv]) == 0
     (call,) = captured_run
     assert (call["batch_size"], call["device"]) == (batch_size, device)
+    if not argv:  # the default model, converted once, in float32 and with its chat template
+        assert call["model_args"] == f"pretrained={tmp_path / 'SmolLM2'},dtype=float32"
+        assert call["apply_chat_template"] is True
 
 
 def test_eval_passes_a_gpu_the_machine_has(captured_run, monkeypatch):

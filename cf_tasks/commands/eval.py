@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     device, batch_size = args.device, args.batch_size
     if not model_args:
         path = default_model_path()
-        model_args = f"pretrained={path},dtype=ascii_float32"
+        model_args = f"pretrained={path},dtype=float32"
         if batch_size is None:
             # Greedy answers equal to batch 1's; benchmarks/eval_bench.py measures both side by side.
             batch_size = DEFAULT_MODEL_BATCH_SIZE
