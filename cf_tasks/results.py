@@ -119,16 +119,11 @@ def results_json_bytes(results: dict) -> bytes:
 EVAL_SETTINGS = "settings.json"  # the settings of the eval whose results a folder holds
 
 
-def save_results(results: dict, out_dir: Path, settings: dict | None = None) -> Path:
-    """Write results.json, results.csv and samples_<task>.jsonl (and ``settings``, the run's settings,
-    as settings.json) into ``out_dir`` as one set; returns the JSON. The files are staged in the
-    folder, then land (one landing at a time): the old results.json goes first, the samples of an
-    earlier run's other tasks are removed, the new files come in and results.json last, so that the
-    folder never holds two runs' files."""
+def result_files(results: dict, settings: dict | None = None) -> dict[str, bytes]:
+    """The files of one lm-eval result: samples_<task>.jsonl, results.csv, ``settings`` as
+    settings.json where given, and results.json last."""
     from lm_eval.utils import handle_non_serializable
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     files = {}
     for task, samples in (results.get("samples") or {}).items():
         lines = "".join(json.dumps(s, default=handle_non_serializable, ensure_ascii=False) + "\n" for s in samples)
@@ -137,7 +132,29 @@ def save_results(results: dict, out_dir: Path, settings: dict | None = None) -> 
     if settings is not None:
         files[EVAL_SETTINGS] = (json.dumps(settings, indent=2, sort_keys=True) + "\n").encode()
     files["results.json"] = results_json_bytes(results)
-    _land(out_dir, files, "results.json", "samples_*.jsonl")
+    return files
+
+
+def save_results(results: dict, out_dir: Path) -> Path:
+    """Write one result's files into ``out_dir``, a folder of its own (the store's temp folder),
+    each whole, results.json last; returns the JSON."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in result_files(results).items():
+        atomic_write(out_dir / name, data)
+    return out_dir / "results.json"
+
+
+def land_results(results: dict, out_dir: Path, settings: dict) -> Path:
+    """Write results.json, results.csv, samples_<task>.jsonl and ``settings`` (the run's settings,
+    as settings.json) into ``out_dir``, a folder a user reuses (``cf-tasks eval --output_path``), as
+    one set; returns the JSON. The files are staged in the folder, then land (one landing at a
+    time): the old results.json goes first, the samples of an earlier run's other tasks are
+    removed, the new files come in and results.json last, so that the folder never holds two runs'
+    files."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _land(out_dir, result_files(results, settings), "results.json", "samples_*.jsonl")
     return out_dir / "results.json"
 
 

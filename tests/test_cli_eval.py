@@ -171,7 +171,7 @@ def test_eval_results_that_cannot_be_saved_still_print_the_table(monkeypatch, tm
     fake = {"results": {"cf_capitals": {"alias": "cf_capitals", "counterfactual_acc,none": 0.5}},
             "versions": {"cf_capitals": 1.0}, "n-shot": {"cf_capitals": 0}, "higher_is_better": {}, "configs": {}}
     monkeypatch.setattr(evaluate, "run_lm_eval", mock.create_autospec(evaluate.run_lm_eval, return_value=fake))
-    monkeypatch.setattr(results, "save_results", mock.create_autospec(results.save_results,
+    monkeypatch.setattr(results, "land_results", mock.create_autospec(results.land_results,
                                                                       side_effect=OSError(28, "No space left on device")))
     out = tmp_path / "out"
     assert main(["eval", "--model_args", f"pretrained={tmp_path}", "--tasks", "cf_capitals", "--output_path",

@@ -133,11 +133,11 @@ def check_used_folder(out: Path, settings: dict) -> None:
         earlier = json.loads((out / EVAL_SETTINGS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         earlier = None
-    if isinstance(earlier, dict) and earlier == json.loads(json.dumps(settings)):
+    now = json.loads(json.dumps(settings))  # as settings.json reads back (tuples as lists, ...)
+    if earlier == now:
         return
     differ = ("its settings are not recorded" if not isinstance(earlier, dict) else
-              "other " + ", ".join(FLAGS.get(k, f"--{k}") for k in settings
-                                   if earlier.get(k) != json.loads(json.dumps(settings[k]))))
+              "other " + ", ".join(FLAGS.get(k, f"--{k}") for k in now if earlier.get(k) != now[k]))
     raise UsageError(f"--output_path {out} holds the results of another eval ({differ}); pass another "
                      f"--output_path, or delete {found} to replace them")
 
@@ -196,10 +196,10 @@ def run(args: argparse.Namespace) -> int:
 
         report_eval(trackers, tidy_rows(results))
     if args.output_path:
-        from ..results import save_results
+        from ..results import land_results
 
         try:
-            path = save_results(results, Path(args.output_path), settings)
+            path = land_results(results, Path(args.output_path), settings)
         except OSError as err:  # checked before the run, but a disk fills and permissions change:
             # not a bad argument, so exit 1, as a sweep or report that cannot write
             raise RunError(f"--output_path {args.output_path}: cannot write the results "
