@@ -334,8 +334,8 @@ def results_md(source: Path, curve, peak, tests, losses, sweep) -> str:
                   "`declared peak`: the rise is each fact's least-squares line from step 0 to the declared peak, "
                   "the fall its line from the peak to the last step, each tested one-sided on the same facts "
                   "(sign-flip permutation on the facts' slopes); `rise` and `fall` are the changes between those "
-                  "three steps, with bootstrap intervals; `min_detectable_fall`: the smallest fall a one-sided test at 0.05 detects with "
-                  "probability 0.8 at this n and the variance at the peak). `whole series`: the two-lines test of an "
+                  "three steps, with bootstrap intervals; `min_detectable_fall`: the smallest fall a one-sided "
+                  "test at 0.05 detects with probability 0.8 at this n and the variance at the peak). `whole series`: the two-lines test of an "
                   "inverted U over every checkpoint, the peak chosen inside its sign-flip null (p-values adjusted "
                   "for that choice; the statistics guide).", "", md_table(tests, TEST_COLUMNS), ""]
         parts += ["## Reading", ""] + [f"- {line}" for line in reading(tests)] + [""]
