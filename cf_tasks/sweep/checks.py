@@ -1,8 +1,8 @@
 """The checks before any model loads: a run's arguments, the Python packages it needs, its output
 folder, its task names, ``--metadata`` and its datasets, each refused as one ``SweepError`` line.
 ``cf-tasks eval`` and ``report`` share the generic ones (``check_limit``, ``check_output_folder``,
-``check_task_names``, ``load_task``, ``vllm_available``, ...); ``check_arguments``, ``check_bases``
-and ``check_peak_step_planned`` are the sweep's own."""
+``check_task_names``, ``load_task``, ``vllm_available``, ...); ``check_arguments``, ``check_bases``,
+``check_peak_step_planned`` and ``check_primary_planned`` are the sweep's own."""
 
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ from .views import MANIFEST
 
 
 def vllm_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("vllm") is not None
 
 
