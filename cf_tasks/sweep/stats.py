@@ -256,10 +256,10 @@ def apply_verdict(s: dict, p_holm: float, n_tested: int, family: str = "all") ->
     mde = s["_mde"](alpha / n_tested)
     s.update(p_holm=p_holm, n_series_tested=n_tested, family=family, min_detectable_fall=_nan_none(mde),
              inversion=False)
-    count = f"{n_tested} series" if n_tested > 1 else "one series"
-    family = {"all": f"over {count}" if n_tested > 1 else "one series",
-              "primary": f"over {n_tested} primary series" if n_tested > 1 else "one primary series",
-              "secondary": f"over {count} after the primary"}[family]
+    several = n_tested > 1
+    family = {"all": f"over {n_tested} series" if several else "one series",
+              "primary": f"over {n_tested} primary series" if several else "one primary series",
+              "secondary": f"over {n_tested if several else 'one'} series after the primary"}[family]
     raw = f"unadjusted: rise p={_fmt_p(s['p_rise'])}, fall p={_fmt_p(s['p_fall'])}"
     where = f"peak at step {s['peak_step']}"
     if p_holm < alpha and s.get("_agree_falls"):
@@ -375,7 +375,7 @@ def summarize(rows: list[dict], outs: list[Path] = (), alpha: float = ALPHA, pea
     gated = any(flags) and not all(flags)
     for s, flag, adjusted in zip(tested, flags, gated_holm([s["p_inversion"] for s in tested], flags)):
         family = ("primary" if flag else "secondary") if gated else "all"
-        apply_verdict(s, adjusted, sum(1 for f in flags if f == flag) if gated else len(tested), family)
+        apply_verdict(s, adjusted, flags.count(flag) if gated else len(tested), family)
     for s in summary.values():
         s.pop("_agree_falls", None)
         s.pop("_mde", None)
