@@ -236,8 +236,8 @@ def export(kinds: tuple[str, ...], fmt: str, seed: int, out_dir, keep: dict | No
     check_training([p for points in by_kind.values() for p in points])
     out = Path(out_dir)
     settings = manifest_settings(fmt, seed)
-    manifest = {**{k: settings[k] for k in ("seed", "split_seed", "format")}, "kinds": {},
-                **{k: v for k, v in settings.items() if k not in ("seed", "split_seed", "format")}}
+    # the settings, with the kinds (an earlier build's kept ones first) after the format, as before
+    manifest = {k: settings[k] for k in ("seed", "split_seed", "format")} | {"kinds": dict(keep or {})} | settings
     for kind, points in by_kind.items():
         data = "".join(json.dumps(record(p, fmt), ensure_ascii=False) + "\n" for p in points).encode("utf-8")
         atomic_write(out / f"{kind}.jsonl", data)
@@ -246,6 +246,5 @@ def export(kinds: tuple[str, ...], fmt: str, seed: int, out_dir, keep: dict | No
             "families": dict(sorted(Counter(p["family"] for p in points).items())),
             "sha256": hashlib.sha256(data).hexdigest(),
         }
-    manifest["kinds"] = {**(keep or {}), **manifest["kinds"]}
     atomic_write(out / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode("utf-8"))
     return manifest
