@@ -49,7 +49,7 @@ from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
-VERSION = 5
+VERSION = 6
 SUBSTITUTES_PER_PERSON = 2
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 NAME_FOR_PRONOUN = 0.4  # the share of He/She openings told with the name instead (varied references)
