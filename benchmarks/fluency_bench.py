@@ -68,6 +68,11 @@ def bigrams_at_words(passages: list[str], n_words: int = BIGRAM_WORDS) -> float:
     return bigrams_per_100_words(kept)
 
 
+def bench_sample(passages: list[str], n: int = 150, seed: int = 0) -> list[str]:
+    """The passages a source is measured on: ``n`` of them drawn with ``random.Random(seed)``."""
+    return random.Random(seed).sample(passages, min(n, len(passages)))
+
+
 def paper_passages(folder: Path, family: str) -> list[str]:
     path = folder / PAPER_FILES[family]
     text = path.read_text(encoding="utf-8")
@@ -168,7 +173,7 @@ def main() -> None:
         if args.paper_dir:
             sources["paper (Goyal et al.)"] = paper_passages(args.paper_dir, family)
         for source, passages in sources.items():
-            sample = random.Random(args.seed).sample(passages, min(args.n, len(passages)))
+            sample = bench_sample(passages, args.n, args.seed)
             loss, first = ("-", "-") if args.no_model else (f"{v:.2f}" for v in mean_token_loss(sample))
             mean_words = sum(len(words(p)) for p in sample) / len(sample)
             print(f"{family:12s} {source:24s} {len(sample):8d} {mean_words:6.0f} {loss:>10s} {first:>9s} "

@@ -28,6 +28,7 @@ from . import tables
 from .schema import Item
 
 ADULT = 18  # the youngest age at the first work or any dated work of a counterfactual life
+MATURE = 25  # the youngest age at the first work for a person who was this old or older at it
 MAX_LIFESPAN = 94  # no one lives to 95 or more, unless the real person did
 MAX_LIVING_AGE = 89  # no living person is 90 or more
 YEAR_SHIFTS = (*range(-40, -2), *range(3, 41))  # how far a counterfactual birth year moves, either way
@@ -68,7 +69,11 @@ def life_is_possible(person: dict, born: int) -> bool:
     age, true_age = end - born, end - person["birth_year"]
     oldest = MAX_LIVING_AGE if person["death_year"] is None else max(MAX_LIFESPAN, true_age)
     works = [person["first_work_year"], *(y for w in person["works"] for y in dated_years(w))]
-    return ADULT <= age <= oldest and all(born + ADULT <= y <= end for y in works)
+    # Someone who came to the first work at MATURE or later has a life before it that the passage may tell
+    # (a job, a child): the counterfactual keeps them at least MATURE at it.
+    first_age = max(ADULT, min(person["first_work_year"] - person["birth_year"], MATURE))
+    return (ADULT <= age <= oldest and all(born + ADULT <= y <= end for y in works)
+            and born + first_age <= person["first_work_year"])
 
 
 def birth_year_choices(person: dict) -> tuple[list[int], list[int]]:
@@ -86,17 +91,29 @@ def within(a: str, b: str) -> bool:
     return inside.get(a) == b or inside.get(b) == a
 
 
+def culture(person: dict) -> set[str]:
+    """The languages of the person's true nationality, but Latin (a learned language many nationalities' writers
+    wrote in, not a culture): the culture the name, the works and the life fit."""
+    return set(languages().get(person["nationality"], [])) - {"Latin"}
+
+
 def nationality_fits_language(person: dict, adjective: str) -> bool:
-    """A nationality whose writers write in the language of the person's works (if it matters)."""
-    return person.get("language") is None or person["language"] in languages().get(adjective, [])
+    """A nationality whose writers write in the language of the person's works, or, where the works have no
+    language (a painter, a composer, a politician), one that speaks a language of the true nationality: no
+    Czech Michelangelo, no Peruvian Andy Warhol."""
+    if person.get("language") is not None:
+        return person["language"] in languages().get(adjective, [])
+    return bool(culture(person) & set(languages().get(adjective, [])) - {"Latin"})
 
 
 def substitute_fits(person: dict, sub: dict) -> bool:
     """The substitute could have made the person's works: same domain, the works' language, every form,
-    alive and an adult at the first of them."""
+    alive and an adult at the first of them, and a name of the same culture (their nationalities share a
+    language: no Otto von Bismarck born in Kentucky, no Edward Elgar for a Russian composer)."""
     alive_and_adult = sub["birth_year"] + ADULT <= person["first_work_year"] <= (sub["death_year"] or as_of())
     return (sub["domain"] == person["domain"] and sub.get("language") == person.get("language")
-            and set(person.get("forms", [])) <= set(sub.get("forms", [])) and alive_and_adult)
+            and set(person.get("forms", [])) <= set(sub.get("forms", [])) and alive_and_adult
+            and bool(culture(person) & culture(sub)))
 
 
 # ---- passages ----------------------------------------------------------------------------------
@@ -121,11 +138,18 @@ def sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text) if s.strip()]
 
 
+def _word_runs(text: str, n: int = 4) -> set[tuple[str, ...]]:
+    """Every run of ``n`` words of ``text``, placeholders left out: two sentences of one person that share
+    one tell the same fact twice ("a professor of classical philology")."""
+    words = re.findall(r"[a-z']+", re.sub(r"\{\w+\}", " ", text).lower())
+    return {tuple(words[k:k + n]) for k in range(len(words) - n + 1)}
+
+
 def about_problems() -> list[str]:
     """One line per people_about.json sentence that could point to an asked fact or break a passage: it
     names a person, place, nationality, country or language of the tables, has a digit (a year, an age),
-    mentions no one ({Who...} or {Pronoun}), uses an unknown placeholder, or speaks of death or a legacy
-    for the living."""
+    mentions no one ({Who...} or {Pronoun}), uses an unknown placeholder, speaks of death or a legacy
+    for the living, or shares four words in a row with another of the person's sentences."""
     meta = tables.people_meta()
     names = {n for p in tables.people() for n in (p["name"], p["surname"], p["birth_city"], p["death_city"],
                                                    p["birth_country"], p["death_country"]) if n}
@@ -134,8 +158,8 @@ def about_problems() -> list[str]:
     out = []
     for person_id, texts in about().items():
         person = people_by_id().get(person_id)
-        for text in texts:
-            text = re.sub(r"Nobel (Peace )?Prizes?", "the prize", text)  # a prize, not the person Alfred Nobel
+        for k, told in enumerate(texts):
+            text = re.sub(r"Nobel (Peace )?Prizes?", "the prize", told)  # a prize, not the person Alfred Nobel
             why = [f"names {n}" for n in sorted(names) if len(n) > 2 and re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text)]
             why += ["has a digit"] if re.search(r"\d", text) else []
             why += ["mentions no one"] if not re.search(r"\{(Who|who|Pronoun)", text) else []
@@ -144,6 +168,8 @@ def about_problems() -> list[str]:
                 why.append("no such person")
             elif person["death_year"] is None and re.search(r"\b(died|dies|death|legacy|was (a|an|one|known))\b", text):
                 why.append("speaks of a living person as dead")
+            others = texts[:k] + texts[k + 1:]
+            why += ["repeats another of the person's sentences"] if any(_word_runs(told) & _word_runs(t) for t in others) else []
             out += [f"{person_id}: {text!r}: {'; '.join(why)}"] if why else []
     return out
 
@@ -254,9 +280,11 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_birth_city_within": ("a counterfactual birth city is not inside the real one, nor the real one inside it "
                               "(places_within)", _city_within),
     "bio_nationality_language": ("a counterfactual nationality's languages include the language of the person's "
-                                 "works (language)", _nationality_language),
+                                 "works (language), or one of the true nationality's languages where the works "
+                                 "have none", _nationality_language),
     "bio_substitute_genre": ("a name-swap substitute has the person's domain, the works' language and every "
-                             "literary form of the works (forms), and was alive and adult at the first work", _substitute_genre),
+                             "literary form of the works (forms), was alive and adult at the first work, and "
+                             "has a nationality that shares a language with the person's", _substitute_genre),
     "bio_nationality_stub": ("a nationality passage names at least one of the person's works", _nationality_stub),
     "bio_gerund_frame": ("a work that opens with a gerund never follows a word that wants a noun (with, to, was, "
                          "include, came, a colon ...)",

@@ -60,7 +60,7 @@ def test_schema_is_the_same_for_every_dataset(built):
 
 
 def test_counts(built):
-    assert len(built["cf_bio"]) >= 700  # version 5 leaves out items no plausible counterfactual fits
+    assert len(built["cf_bio"]) >= 600  # versions 5 and 6 leave out items no plausible counterfactual fits
     assert len(built["cf_world_facts"]) >= 740  # version 5 leaves out facts no fitting substitute exists for
     assert len({i.relation for i in built["cf_world_facts"]}) >= 7
     assert len(built["cf_capitals"]) >= 175  # 178: Micronesia and Nauru have no other city the table vouches for
@@ -114,7 +114,7 @@ def test_world_facts_mentions_parametric_flag_matches_text(built):
 
 def test_bio_name_substitution_leaves_no_fragment(built):
     names = [i for i in built["cf_bio"] if i.relation == "person_name"]
-    assert len(names) >= 210  # version 5: substitutes of the same domain, language and forms only
+    assert len(names) >= 125  # version 5: the same domain, language and forms; version 6: the same culture
     for item in names:
         assert contains(item.context, item.counterfactual_answer)
         assert not contains_any(item.context, name_fragments(item.parametric_answer, *item.parametric_aliases))
@@ -137,7 +137,7 @@ def test_bio_attribute_items_change_one_attribute(built):
     counts = Counter(i.relation for i in attrs)
     assert counts["birth_year"] <= len(people) and counts["nationality"] <= len(people)
     assert counts["birth_city"] <= len(people) - len(gives_away)
-    assert min(counts.values()) >= 0.75 * len(people)  # v5: no stub or off-language nationality items
+    assert min(counts.values()) >= 0.65 * len(people)  # v5, v6: no stub, off-language or off-culture nationality items
     for item in attrs:
         person = people[item.subject]
         assert item.parametric_answer == str(person[item.relation])

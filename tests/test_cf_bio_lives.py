@@ -1,4 +1,4 @@
-"""CF_Bio version 5: lives that can be, substitutes that fit the works, passages without slips.
+"""CF_Bio since version 5: lives that can be, substitutes that fit the works, passages without slips.
 
 Each rule of ``bio_plausible.RULES`` catches its injected defect; the documented sentences per person
 (people_about.json) name nothing that could give an asked fact away.
@@ -60,6 +60,16 @@ def inject_substitute_genre(items):  # a painter given Hemingway's novels
     return _answer(items, item, "Pablo Picasso")
 
 
+def inject_substitute_culture(items):  # a name of another culture, all else fitting: Edward Elgar, a Russian composer
+    item = _first(items, "person_name", lambda i, p: p["id"] == "pyotr_ilyich_tchaikovsky")
+    return _answer(items, item, "Edward Elgar")
+
+
+def inject_nationality_culture(items):  # Michelangelo, a Czech painter: no works' language, the culture argues
+    item = _first(items, "nationality", lambda i, p: p["id"] == "michelangelo")
+    return _answer(items, item, "Czech")
+
+
 def inject_stub(items):  # a nationality passage with no work left
     item = _first(items, "nationality")
     context = item.context
@@ -114,6 +124,38 @@ def test_every_extra_rule_has_a_case():
     assert set(CASES) | set(V2_CASES) == set(cf_bio.EXTRA_RULES)
 
 
+CULTURE_CASES = {"bio_substitute_genre": inject_substitute_culture, "bio_nationality_language": inject_nationality_culture}
+
+
+@pytest.mark.parametrize("rule", sorted(CULTURE_CASES))
+def test_a_name_or_nationality_of_another_culture_is_caught(items, rule):
+    broken, bad_id = CULTURE_CASES[rule](items)
+    hit = [line for line in failures(broken) if line.startswith(rule + ":")]
+    assert len(hit) == 1 and bad_id in hit[0], failures(broken)
+
+
+@pytest.mark.parametrize(("person", "sub", "fits"), [
+    ("pyotr_ilyich_tchaikovsky", "edward_elgar", False),  # every other attribute fits: the culture does not
+    ("abraham_lincoln", "otto_von_bismarck", False),
+    ("abraham_lincoln", "benjamin_disraeli", True),  # both English-speaking
+])
+def test_a_substitute_shares_the_persons_culture(person, sub, fits):
+    p, s = PEOPLE[person], PEOPLE[sub]
+    assert (bio_plausible.culture(p) & bio_plausible.culture(s) != set()) is fits
+    if not fits:
+        assert not bio_plausible.substitute_fits(p, s)
+
+
+@pytest.mark.parametrize(("person", "nationality", "fits"), [
+    ("michelangelo", "Czech", False), ("michelangelo", "Swiss", True),  # Italian is a Swiss language
+    ("andy_warhol", "Peruvian", False), ("andy_warhol", "Canadian", True),
+    ("michelangelo", "Polish", False),  # both list Latin, which many wrote in: no culture of its own
+])
+def test_a_nationality_without_a_works_language_fits_the_culture(person, nationality, fits):
+    assert PEOPLE[person]["language"] is None
+    assert bio_plausible.nationality_fits_language(PEOPLE[person], nationality) is fits
+
+
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_catches_injected_defect(items, rule):
     assert_clean(items)
@@ -142,6 +184,8 @@ def test_the_twin_keeps_the_text_rules(rule):
     ("isaac_newton", 1632, False),  # 95
     ("katherine_johnson", 1920, True),  # the real life reached 2020 - 1918 = 102 years: never longer than that
     ("katherine_johnson", 1916, False),  # 104
+    ("astrid_lindgren", 1920, True),  # 25 at the first work: she was 38; the passage tells of a job and a daughter
+    ("astrid_lindgren", 1921, False),  # 24: old enough by ADULT, too young for the life the passage tells
 ])
 def test_a_life_stays_possible(person, born, possible):
     assert bio_plausible.life_is_possible(PEOPLE[person], born) is possible
@@ -190,6 +234,12 @@ def test_a_revealing_documented_sentence_is_reported(monkeypatch):
     assert "speaks of a living person as dead" in problems
     bad["jane_austen"] = ["{Pronoun} was born in London."]
     assert "names London" in "\n".join(bio_plausible.about_problems())
+    bad["jane_austen"] = ["{Who} became a professor of classical philology young.",
+                          "{Pronoun} was made a professor of classical philology early."]
+    assert "\n".join(bio_plausible.about_problems()).count("repeats another of the person's sentences") == 2
+    bad.pop("haruki_murakami")
+    bad["jane_austen"] = ["{Who} taught classical philology.", "{Pronoun} loved classical philology."]  # three words
+    assert bio_plausible.about_problems() == []
 
 
 def test_every_person_has_the_attributes_the_choices_need():

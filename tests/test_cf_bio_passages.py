@@ -55,7 +55,7 @@ def inject_living_described_dead(items):
 
 
 def inject_substitute_incompatible(items):
-    item = _first(items, "person_name", lambda i, p: p["id"] == "angela_merkel")
+    item = _first(items, "person_name", lambda i, p: p["id"] == "hillary_clinton")  # living; Lincoln is not
     context = item.context.replace(item.counterfactual_answer, "Abraham Lincoln")
     return _swap(items, item, replace(item, counterfactual_answer="Abraham Lincoln", context=context))
 
@@ -143,10 +143,11 @@ def test_team_seeds_validate_with_enough_items(seed):
     items = build_validated("cf_bio", seed)
     # version 5 leaves out a name swap with no substitute of the same domain, language and forms, alive and
     # adult at the first work, and a nationality item whose works all name the real nationality or whose
-    # language no other nationality fits
-    assert len(items) >= 700
+    # language no other nationality fits; version 6 also one with no substitute or nationality of the person's
+    # culture (a shared language)
+    assert len(items) >= 600
     counts = Counter(i.relation for i in items)
-    assert min(counts.values()) >= 150, counts
+    assert min(counts.values()) >= 125, counts
 
 
 def test_living_people_are_in_the_present_tense(items):
