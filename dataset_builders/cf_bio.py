@@ -166,12 +166,13 @@ NARRATIVE = {
         "{Pronoun} grew up to be one of the great {nationality} {domains}.",
         "{Pronoun} {is} one of the most important {nationality} {domains}.",
     ),
-    "work1": ("{Who} rose to fame with {work1}.", "{Who_poss} name became closely linked with {work1}.",
+    # Fame for the work, never fame from it: the best-known work is often not the one that made the name
+    # (Germinal came after Zola was famous).
+    "work1": ("{Who} {is} perhaps best known for {work1}.", "{Who_poss} name became closely linked with {work1}.",
               "{Who_poss} career is closely tied to {work1}.", "{Who} became famous for {work1}.",
-              "{Who} made {poss} name with {work1}.", "{Who} achieved fame with {work1}.",
+              "{Who_poss} name will always be linked with {work1}.", "{Who} {is} most famous for {work1}.",
               "{Who} won great renown for {work1}.", "{Who} gained international fame for {work1}.",
-              "Fame came to {who} through {work1}.", "{Who_poss} breakthrough came with {work1}.",
-              "It was {work1} that made {who_poss} reputation."),
+              "{Who} {is} remembered first and foremost for {work1}.", "{Who_poss} reputation is built on {work1}."),
     "work2": ("{Pronoun} {is} also admired for {work2}.", "{Who} {is} also known for {work2}.",
               "{Pronoun} {is} also celebrated for {work2}.", "{Who} {is} also famous for {work2}.",
               "{Who} also became known for {work2}.", "{Who} {is} further known for {work2}.",
