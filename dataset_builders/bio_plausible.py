@@ -101,7 +101,7 @@ def nationality_fits_language(person: dict, adjective: str) -> bool:
     """A nationality whose writers write in the language of the person's works, or, where the works have no
     language (a painter, a composer, a politician), one that speaks a language of the true nationality: no
     Czech Michelangelo, no Peruvian Andy Warhol."""
-    if person.get("language") is not None:
+    if person.get("language") not in (None, "Latin"):  # Latin works fit too many nationalities to tell
         return person["language"] in languages().get(adjective, [])
     return bool(culture(person) & set(languages().get(adjective, [])) - {"Latin"})
 
@@ -208,6 +208,14 @@ def _substitute_genre(items: list[Item]) -> list[str]:
             if i.counterfactual_answer not in by_name or not substitute_fits(p, by_name[i.counterfactual_answer])]
 
 
+PEN_NAME = ("pen name", "stage name", "pseudonym")  # in a name swap, says the asked name is not the real one
+
+
+def _name_swap_pen_name(items: list[Item]) -> list[str]:
+    """A name-swap passage never says the person wrote under another name: the asked name is the pen name."""
+    return [i.id for i, _ in _relation(items, "person_name") if contains_any(i.context, list(PEN_NAME))]
+
+
 def _nationality_stub(items: list[Item]) -> list[str]:
     """A nationality passage keeps at least one of the person's works (else it is no biography)."""
     return [i.id for i, p in _relation(items, "nationality") if not contains_any(i.context, p["works"])]
@@ -285,6 +293,8 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_substitute_genre": ("a name-swap substitute has the person's domain, the works' language and every "
                              "literary form of the works (forms), was alive and adult at the first work, and "
                              "has a nationality that shares a language with the person's", _substitute_genre),
+    "bio_name_swap_pen_name": ("a name-swap passage never tells of a pen name or stage name (the asked name "
+                               "would be it)", _name_swap_pen_name),
     "bio_nationality_stub": ("a nationality passage names at least one of the person's works", _nationality_stub),
     "bio_gerund_frame": ("a work that opens with a gerund never follows a word that wants a noun (with, to, was, "
                          "include, came, a colon ...)",

@@ -129,17 +129,17 @@ DECLARATIVE = {
                "Among {poss} other achievements are {work2} and {work3}.",
                "The list of {who_poss} achievements also includes {work2} and {work3}.",
                "{Who_poss} name is also attached to {work2} and {work3}."),
-    "death": ("{Who} died in {death_city}, in {death_country_in}, in {death_year}.",
-              "{Who} died in {death_year} in {death_city}, in {death_country_in}.",
-              "{Who_poss} death came in {death_year}, in {death_city}, in {death_country_in}.",
-              "In {death_year}, {who} died in {death_city}, in {death_country_in}.",
-              "{Who_poss} life came to an end in {death_city}, in {death_country_in}, in {death_year}.",
-              "{Who} spent {poss} last days in {death_city}, in {death_country_in}, and died there in {death_year}.",
-              "The end came for {who} in {death_year}, in {death_city}, in {death_country_in}.",
-              "{Pronoun} breathed {poss} last in {death_city}, in {death_country_in}, in {death_year}.",
+    "death": ("{Who} died in {death_place}, in {death_year}.",
+              "{Who} died in {death_year} in {death_place}.",
+              "{Who_poss} death came in {death_year}, in {death_place}.",
+              "In {death_year}, {who} died in {death_place}.",
+              "{Who_poss} life came to an end in {death_place}, in {death_year}.",
+              "{Who} spent {poss} last days in {death_place}, and died there in {death_year}.",
+              "The end came for {who} in {death_year}, in {death_place}.",
+              "{Pronoun} breathed {poss} last in {death_place}, in {death_year}.",
               "It was in {death_city}, in {death_country_in}, that {who} died, in {death_year}.",
-              "{Who_poss} life closed in {death_year} in {death_city}, in {death_country_in}.",
-              "{Pronoun} ended {poss} days in {death_city}, in {death_country_in}, in {death_year}."),
+              "{Who_poss} life closed in {death_year} in {death_place}.",
+              "{Pronoun} ended {poss} days in {death_place}, in {death_year}."),
     "death_plain": ("{Who} died in {death_year}.", "{Who_poss} death came in {death_year}.",
                     "In {death_year}, {who} died.", "{Who_poss} life came to an end in {death_year}.",
                     "{Who_poss} death in {death_year} was widely mourned.", "{Who} lived until {death_year}.",
@@ -187,16 +187,16 @@ NARRATIVE = {
                "{Pronoun} {is} also remembered for {work2} and {work3}.",
                "{Pronoun} {is} equally admired for {work2} and {work3}.",
                "No account of {who_poss} career leaves out {work2} and {work3}."),
-    "death": ("{Pronoun} died in {death_year} in {death_city}, in {death_country_in}.",
-              "{Pronoun} died in {death_city}, in {death_country_in}, in {death_year}.",
-              "{Who_poss} life ended in {death_year} in {death_city}, in {death_country_in}.",
-              "In {death_year}, {pronoun} died in {death_city}, in {death_country_in}.",
-              "{Pronoun} passed away in {death_city}, in {death_country_in}, in {death_year}.",
-              "{Who_poss} final home was {death_city}, in {death_country_in}, where {pronoun} died in {death_year}.",
-              "{Pronoun} died at {death_city}, in {death_country_in}, in {death_year}.",
-              "The end came in {death_year}, in {death_city}, in {death_country_in}.",
-              "{Who} breathed {poss} last in {death_year} in {death_city}, in {death_country_in}.",
-              "{Pronoun} ended {poss} days in {death_year} in {death_city}, in {death_country_in}.",
+    "death": ("{Pronoun} died in {death_year} in {death_place}.",
+              "{Pronoun} died in {death_place}, in {death_year}.",
+              "{Who_poss} life ended in {death_year} in {death_place}.",
+              "In {death_year}, {pronoun} died in {death_place}.",
+              "{Pronoun} passed away in {death_place}, in {death_year}.",
+              "{Who_poss} final home was {death_place}, where {pronoun} died in {death_year}.",
+              "{Pronoun} died at {death_place}, in {death_year}.",
+              "The end came in {death_year}, in {death_place}.",
+              "{Who} breathed {poss} last in {death_year} in {death_place}.",
+              "{Pronoun} ended {poss} days in {death_year} in {death_place}.",
               "It was in {death_city}, in {death_country_in}, that {pronoun} passed away, in {death_year}."),
     "death_plain": ("{Pronoun} died in {death_year}.", "{Who_poss} life ended in {death_year}.",
                     "{Pronoun} passed away in {death_year}.", "In {death_year}, {pronoun} died.",
@@ -331,6 +331,9 @@ def _values(facts: dict, works: list[str]) -> dict[str, str]:
     values["is"] = "is" if living else "was"  # "is" is a keyword, so not an argument name above
     if not living:
         values["death_country_in"] = country_in_text(facts["death_country"])
+        # The country once: "died in Boston" after "born in Amherst, in the United States"
+        values["death_place"] = facts["death_city"] if facts["death_country"] == facts["birth_country"] else (
+            f"{facts['death_city']}, in {values['death_country_in']}")
     values.update({f"work{k + 1}": w for k, w in enumerate(works[:3])})
     return values
 
@@ -422,7 +425,7 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     ]
     items = []
     for k, sub in enumerate(rng.sample(candidates, min(SUBSTITUTES_PER_PERSON, len(candidates)))):
-        sentences, agree = biography(person, sub["name"], sub["surname"], fragments,
+        sentences, agree = biography(person, sub["name"], sub["surname"], [*fragments, *bio_plausible.PEN_NAME],
                                       (person, person["name"], person["surname"]), rng)
         question = fill(QUESTIONS["person_name"], domain=person["domain"], works=works_phrase(person["works"]))
         items.append((

@@ -70,6 +70,11 @@ def inject_nationality_culture(items):  # Michelangelo, a Czech painter: no work
     return _answer(items, item, "Czech")
 
 
+def inject_pen_name(items):  # "Melville wrote under a pen name": the asked name would be the pen name
+    item = _first(items, "person_name")
+    return _swap(items, item, replace(item, context=item.context + f" {item.counterfactual_answer} wrote under a pen name."))
+
+
 def inject_stub(items):  # a nationality passage with no work left
     item = _first(items, "nationality")
     context = item.context
@@ -109,6 +114,7 @@ CASES = {
     "bio_birth_city_within": inject_city_within,
     "bio_nationality_language": inject_language,
     "bio_substitute_genre": inject_substitute_genre,
+    "bio_name_swap_pen_name": inject_pen_name,
     "bio_nationality_stub": inject_stub,
     "bio_gerund_frame": inject_gerund_frame,
     "bio_pronoun_astray": inject_pronoun_astray,
@@ -150,9 +156,10 @@ def test_a_substitute_shares_the_persons_culture(person, sub, fits):
     ("michelangelo", "Czech", False), ("michelangelo", "Swiss", True),  # Italian is a Swiss language
     ("andy_warhol", "Peruvian", False), ("andy_warhol", "Canadian", True),
     ("michelangelo", "Polish", False),  # both list Latin, which many wrote in: no culture of its own
+    ("baruch_spinoza", "French", False),  # works in Latin: the culture decides (Dutch)
 ])
 def test_a_nationality_without_a_works_language_fits_the_culture(person, nationality, fits):
-    assert PEOPLE[person]["language"] is None
+    assert PEOPLE[person]["language"] in (None, "Latin")
     assert bio_plausible.nationality_fits_language(PEOPLE[person], nationality) is fits
 
 
