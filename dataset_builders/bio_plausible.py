@@ -39,7 +39,8 @@ _GERUND = re.compile(r"^[a-z]+ing\b")
 _NOUN_ONLY_BEFORE = r"(?:\b(?:with|to|was|is|are|include|includes|on|from|of|came|through|add|added|mention)|:)"
 _NOUN_ONLY = re.compile(_NOUN_ONLY_BEFORE + r"\s*$")
 _PRONOUN_OPENING = re.compile(r"^(He|She|His|Her)\b")
-_SENTENCE_END = re.compile(r"(?<=[a-z0-9)\"”’'!])(?<!\bSt)(?<!\bDr)(?<!\bMt)[.!?]\s+(?=[A-Z\"“])")  # not "St. Louis"
+# not "St. Louis"; but after "Washington, D.C." (not after the initials of "J.R.R. Tolkien")
+_SENTENCE_END = re.compile(r"(?<=[a-z0-9)\"”’'!])(?<!\bSt)(?<!\bDr)(?<!\bMt)[.!?]\s+(?=[A-Z\"“])|(?<=\bD\.C)\.\s+(?=[A-Z])")
 
 
 def as_of() -> int:

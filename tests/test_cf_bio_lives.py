@@ -256,3 +256,9 @@ def test_every_person_has_the_attributes_the_choices_need():
         assert person["first_work_year"] <= (person["death_year"] or bio_plausible.as_of()), person["id"]
         assert person["language"] is None or person["language"] in languages, person["id"]
         assert bool(person["forms"]) == (person["domain"] == "writer"), person["id"]
+
+
+def test_the_splitter_ends_a_sentence_after_washington_dc_but_not_inside_initials():
+    text = "He died in Washington, D.C. Lincoln was tall. J.R.R. Tolkien wrote. Born in St. Louis, he left."
+    assert [s.strip(" .") for s in bio_plausible.sentences(text)] == [
+        "He died in Washington, D.C", "Lincoln was tall", "J.R.R. Tolkien wrote", "Born in St. Louis, he left"]
