@@ -177,7 +177,7 @@ def article_from_templates(templates: dict, values: dict, answer: str, forbidden
 
     Unlike ``passage_from_templates`` (a shuffled set of sentences, each naming the subject), the
     article opens with a sentence that introduces the subject (``opening_sentences``), then what it
-    is and one documented detail where the subject has them (``about``: its sentences in about.json,
+    is and one or two documented details where the subject has them (``about``: its sentences in about.json,
     which hold for any answer), tells where it comes from (``reason_sentences``) before how it is seen
     (``filler_sentences``), and refers to the subject after the first sentence by name, by its kind
     (``kind``: "the river", "the work") or as "it" (``REFERENCE_WEIGHTS``). The sentence that states
