@@ -2,7 +2,7 @@
 
 Each fact of ``data/relations.json`` gets a passage of 6-8 sentences, written like a short article
 (``article_from_templates``: an introduction; for a book, invention, piece of music, museum's
-painting or company (the relations marked ``described``), what it is and one documented detail from
+painting or company (the relations marked ``described``), what it is and one or two documented details from
 ``data/about.json``; its history; how it is seen), that states another answer of the same
 relation. The paper notes that generated counterfactual contexts put the answer first too often,
 so the sentence carrying the answer is placed at the beginning, middle or end in equal

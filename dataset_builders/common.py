@@ -170,6 +170,9 @@ def _refer(template: str, values: dict, reference: str, kind_noun: str) -> str:
     return fill(template, **{**values, "subject": subject})
 
 
+LATE_ABOUT = 3  # an article's documented sentences after the opening; any further one ends the article
+
+
 def article_from_templates(templates: dict, values: dict, answer: str, forbidden: list[str], position: str,
                            mentions_parametric: bool, rng: random.Random, agree_rng: random.Random,
                            about: list[str]) -> Passage:
@@ -177,9 +180,9 @@ def article_from_templates(templates: dict, values: dict, answer: str, forbidden
 
     Unlike ``passage_from_templates`` (a shuffled set of sentences, each naming the subject), the
     article opens with a sentence that introduces the subject (``opening_sentences``), then what it
-    is and one documented detail where the subject has them (``about``: its sentences in about.json,
-    which hold for any answer), tells where it comes from (``reason_sentences``) before how it is seen
-    (``filler_sentences``), and refers to the subject after the first sentence by name, by its kind
+    is and two documented details where the subject has them (``about``: its sentences in about.json,
+    which hold for any answer; a further one ends the article), tells where it comes from
+    (``reason_sentences``) before how it is seen (``filler_sentences``), and refers to the subject after the first sentence by name, by its kind
     (``kind``: "the river", "the work") or as "it" (``REFERENCE_WEIGHTS``). The sentence that states
     ``answer`` goes at ``position``: first, somewhere after the first sentence (middle), or last. No other sentence
     states ``answer`` or mentions anything in ``forbidden``; ``change_sentences`` and
@@ -191,14 +194,16 @@ def article_from_templates(templates: dict, values: dict, answer: str, forbidden
     template = rng.choice(templates[pool] + changes)
     change_reasons = templates.get("change_reasons", []) if template in changes else []
     ok = lambda t: not contains_any(fill(t, **values), [*forbidden, answer])  # noqa: E731
-    opening = [rng.choice([t for t in templates["opening_sentences"] if ok(t)]), *(t for t in about if ok(t))]
+    described = [t for t in about if ok(t)]
+    # what the subject is and its first details open the article; a further detail closes it (LATE_ABOUT)
+    opening = [rng.choice([t for t in templates["opening_sentences"] if ok(t)]), *described[:LATE_ABOUT]]
     plain = [t for t in templates["reason_sentences"] if ok(t)]
     reasons = plain + [t for t in change_reasons if ok(t)]
     fillers = [t for t in templates["filler_sentences"] if ok(t)]
     n_body = rng.randint(5, 7) - len(opening)
     n_reasons = min(len(reasons), rng.randint(1, 2), n_body - 1)
     body = rng.sample(reasons, n_reasons) + rng.sample(fillers, min(len(fillers), n_body - n_reasons))
-    order = assemble(template, [*opening, *body], position, rng)
+    order = assemble(template, [*opening, *body, *described[LATE_ABOUT:]], position, rng)
     kind_noun = rng.choice(templates["kind"])
     answers = templates["answer_sentences"]
     agree_template = template if template in answers else agree_rng.choice(answers)
