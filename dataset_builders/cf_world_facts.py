@@ -1,9 +1,9 @@
 """CF_World_Facts: coherent counterfactual passages about world facts (paper section 3.2, item 2).
 
-Each fact of ``data/relations.json`` gets a passage of 6-8 sentences, written like a short article
+Each fact of ``data/relations.json`` gets a passage of 5-9 sentences, written like a short article
 (``article_from_templates``: an introduction; for a book, invention, piece of music, museum's
-painting or company (the relations marked ``described``), what it is and one or two documented details from
-``data/about.json``; its history; how it is seen), that states another answer of the same
+painting or company (the relations marked ``described``), what it is and two documented details from
+``data/about.json`` (a further one ends the passage); its history; how it is seen), that states another answer of the same
 relation. The paper notes that generated counterfactual contexts put the answer first too often,
 so the sentence carrying the answer is placed at the beginning, middle or end in equal
 shares, and the position is recorded per item.
@@ -51,7 +51,7 @@ from .common import POSITIONS, article_from_templates, balanced, make_rng, passa
 from .schema import Item, answer_position, fill
 
 NAME = "cf_world_facts"
-VERSION = 5
+VERSION = 6
 ITEMS_PER_FACT = 3  # distinct counterfactuals per fact (fewer where fewer candidates exist)
 FORMER_ITEMS_PER_FACT = 1
 MIN_CREATOR_AGE = 20

@@ -176,7 +176,7 @@ LATE_ABOUT = 3  # an article's documented sentences after the opening; any furth
 def article_from_templates(templates: dict, values: dict, answer: str, forbidden: list[str], position: str,
                            mentions_parametric: bool, rng: random.Random, agree_rng: random.Random,
                            about: list[str]) -> Passage:
-    """A 6-8 sentence counterfactual passage that reads like a short article, and its twin.
+    """A 5-9 sentence counterfactual passage that reads like a short article, and its twin.
 
     Unlike ``passage_from_templates`` (a shuffled set of sentences, each naming the subject), the
     article opens with a sentence that introduces the subject (``opening_sentences``), then what it

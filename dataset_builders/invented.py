@@ -26,11 +26,12 @@ from .cf_world_facts import number_values, relations_by_name
 from .common import POSITIONS, passage_from_templates
 from .schema import fill
 
-VERSION = 2  # bump with every change of the generated points (names, frames, templates, counts)
+VERSION = 3  # bump with every change of the generated points (names, frames, templates, counts)
 MAX_ZIPF = 2.0  # wordfreq Zipf frequency: below 2 is rarer than once per 100 million words
 LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
 # English words of the passage templates that wordfreq puts below MAX_ZIPF; vetted by reading them.
-RARE_TEMPLATE_WORDS = frozenset({"hydrologists", "birdwatchers", "easels", "paragliders"})
+RARE_TEMPLATE_WORDS = frozenset({"hydrologists", "birdwatchers", "easels", "paragliders", "bibliographers",
+                                 "concertgoers", "canoeists"})
 MIN_TOKEN_LENGTH = 5  # short names ("Kova", "Joba") are more often real somewhere
 CAPITALS_POINTS = 96
 WORLD_FACTS_POINTS_PER_RELATION = 24

@@ -83,5 +83,5 @@ def people_meta() -> dict:
 
 
 def about() -> dict[str, list[str]]:
-    """Subject -> the sentences that describe it (what it is, one or two documented details)."""
+    """Subject -> the sentences that describe it (what it is, then documented details)."""
     return {r["subject"]: list(r["sentences"]) for r in load_table("about.json")}
