@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from cf_tasks.text import contains_any
+from cf_tasks.text import contains, contains_any
 
 from . import tables
 from .schema import Item
@@ -210,11 +210,26 @@ def _substitute_genre(items: list[Item]) -> list[str]:
 
 
 PEN_NAME = ("pen name", "stage name", "pseudonym")  # in a name swap, says the asked name is not the real one
+_WROTE_UNDER = re.compile(r"^\{(Who|Pronoun)\} wrote under a (pen|stage) name\b")
+
+
+def name_speaks_against(sub: dict) -> bool:
+    """A name that cannot be a substitute's: a pen or stage name (Lewis Carroll was born Charles Dodgson: "Lewis
+    Carroll was born in New York" mixes two kinds of name), or one that names a birthplace ("Leonardo da Vinci
+    was born in Caprese")."""
+    pen = any(_WROTE_UNDER.match(t) for t in about().get(sub["id"], []))
+    return pen or bool(sub["birth_city"] and contains(sub["name"], sub["birth_city"]))
 
 
 def _name_swap_pen_name(items: list[Item]) -> list[str]:
     """A name-swap passage never says the person wrote under another name: the asked name is the pen name."""
     return [i.id for i, _ in _relation(items, "person_name") if contains_any(i.context, list(PEN_NAME))]
+
+
+def _substitute_name(items: list[Item]) -> list[str]:
+    by_name = {p["name"]: p for p in tables.people()}
+    return [i.id for i, _ in _relation(items, "person_name")
+            if i.counterfactual_answer in by_name and name_speaks_against(by_name[i.counterfactual_answer])]
 
 
 def _nationality_stub(items: list[Item]) -> list[str]:
@@ -296,6 +311,8 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
                              "has a nationality that shares a language with the person's", _substitute_genre),
     "bio_name_swap_pen_name": ("a name-swap passage never tells of a pen name or stage name (the asked name "
                                "would be it)", _name_swap_pen_name),
+    "bio_substitute_name": ("a name-swap substitute's name is a birth name that names no birthplace (no pen name, "
+                            "no Leonardo da Vinci born in Caprese)", _substitute_name),
     "bio_nationality_stub": ("a nationality passage names at least one of the person's works", _nationality_stub),
     "bio_gerund_frame": ("a work that opens with a gerund never follows a word that wants a noun (with, to, was, "
                          "include, came, a colon ...)",

@@ -420,6 +420,7 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     candidates = [
         o for o in others
         if o["pronoun"] == person["pronoun"] and compatible_substitute(person, o) and substitute_fits(person, o)
+        and not bio_plausible.name_speaks_against(o)
         and not set(name_fragments(o["name"], *o["aliases"])) & set(fragments)
         and not contains_any(told, name_fragments(o["name"], *o["aliases"]))
     ]

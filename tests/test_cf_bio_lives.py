@@ -75,6 +75,11 @@ def inject_pen_name(items):  # "Melville wrote under a pen name": the asked name
     return _swap(items, item, replace(item, context=item.context + f" {item.counterfactual_answer} wrote under a pen name."))
 
 
+def inject_substitute_name(items):  # "Leonardo da Vinci was born in Caprese": the name names another birthplace
+    item = _first(items, "person_name", lambda i, p: p["domain"] == "painter")
+    return _answer(items, item, "Leonardo da Vinci")
+
+
 def inject_stub(items):  # a nationality passage with no work left
     item = _first(items, "nationality")
     context = item.context
@@ -115,6 +120,7 @@ CASES = {
     "bio_nationality_language": inject_language,
     "bio_substitute_genre": inject_substitute_genre,
     "bio_name_swap_pen_name": inject_pen_name,
+    "bio_substitute_name": inject_substitute_name,
     "bio_nationality_stub": inject_stub,
     "bio_gerund_frame": inject_gerund_frame,
     "bio_pronoun_astray": inject_pronoun_astray,
@@ -256,6 +262,12 @@ def test_every_person_has_the_attributes_the_choices_need():
         assert person["first_work_year"] <= (person["death_year"] or bio_plausible.as_of()), person["id"]
         assert person["language"] is None or person["language"] in languages, person["id"]
         assert bool(person["forms"]) == (person["domain"] == "writer"), person["id"]
+
+
+@pytest.mark.parametrize(("person", "against"), [("lewis_carroll", True), ("voltaire", True),
+                                                 ("leonardo_da_vinci", True), ("herman_melville", False)])
+def test_a_pen_name_or_a_name_that_names_a_birthplace_is_no_substitute(person, against):
+    assert bio_plausible.name_speaks_against(PEOPLE[person]) is against
 
 
 def test_the_splitter_ends_a_sentence_after_washington_dc_but_not_inside_initials():
