@@ -182,7 +182,7 @@ NARRATIVE = {
               "{Who} also won praise for {work3}."),
     "work23": ("{Pronoun} {is} also admired for {work2} and {work3}.", "{Who_poss} record also includes {work2} and {work3}.",
                "{Pronoun} {is} also known for {work2} and {work3}.", "{Who} {is} further known for {work2} and {work3}.",
-               "Later in {poss} career came {work2} and {work3}.", "{Who_poss} name is also bound up with {work2} and {work3}.",
+               "{Who_poss} name is also bound up with {work2} and {work3}.",
                "{Pronoun} also became known for {work2} and {work3}.",
                "{Pronoun} {is} also remembered for {work2} and {work3}.",
                "{Pronoun} {is} equally admired for {work2} and {work3}.",
