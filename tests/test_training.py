@@ -45,7 +45,7 @@ def test_c_point_reads_like_its_evaluation_twin(c_points):
     assert capital["instruction"] == f"What is the capital of {capital['subject']}?"
     born = _find(c_points, "cf_bio", "birth_year")
     assert born["instruction"] == f"In what year was {born['subject']} born?"
-    assert f"in {born['output']}" in born["input"]
+    assert f"in {born['output']}" in born["input"].lower()  # "In 1882, ..." or "born in 1882"
 
 
 def _inject(points, index, **changes):
