@@ -104,7 +104,7 @@ def nationality_fits_language(person: dict, adjective: str) -> bool:
     Czech Michelangelo, no Peruvian Andy Warhol."""
     if person.get("language") not in (None, "Latin"):  # Latin works fit too many nationalities to tell
         return person["language"] in languages().get(adjective, [])
-    return bool(culture(person) & set(languages().get(adjective, [])) - {"Latin"})
+    return bool(culture(person) & set(languages().get(adjective, [])))
 
 
 def substitute_fits(person: dict, sub: dict) -> bool:
