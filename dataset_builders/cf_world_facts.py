@@ -198,6 +198,12 @@ def lifespans(relation: str) -> dict[str, tuple[int, int | None]]:
             raise ValueError(f"relations.json {relation}: {answer!r} needs a lifespan in exactly one place "
                              f"(people.json or the relation's creators table)")
         out[answer] = next(iter(found)) if found else (own["birth_year"], own["death_year"])
+    for other in record.get("other_answers", []):  # a counterfactual only: people.json or the creators table
+        name, found, own = other["answer"], people.get(other["answer"], set()), record["creators"].get(other["answer"])
+        if len(found) + bool(own) != 1:
+            raise ValueError(f"relations.json {relation}: {name!r} needs a lifespan in exactly one place "
+                             f"(people.json or the relation's creators table)")
+        out[name] = next(iter(found)) if found else (own["birth_year"], own["death_year"])
     return out
 
 

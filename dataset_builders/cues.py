@@ -6,10 +6,12 @@ that such a cue speaks against can be read as wrong from the passage alone, and 
 ``counterfactual_acc`` is a sensible reading, not a preference for memory. The attributes live in
 ``data/relations.json``, one home each:
 
-- ``creator_traits`` of a relation (books, compositions): per creator, the ``forms`` they wrote in
-  (novel, play, poetry, stories; opera, ballet, orchestral, piano, ...) and the ``cultures`` their
+- ``creator_traits`` of a relation (books, compositions, paintings, inventions): per creator, the
+  ``forms`` they worked in (novel, play, poetry, stories; opera, ballet, orchestral, piano, ...;
+  painting; an inventor's fields: medicine, textiles, timekeeping, ...) and the ``cultures`` their
   work belongs to; each work's fact has its ``form`` and the ``cultures`` its title, characters and
-  description fit. A counterfactual creator shares the form and one culture (``creator_fits``).
+  description fit ("the Venus of Urbino" is Italian, "Guernica" Spanish). A counterfactual creator
+  shares the form and one culture (``creator_fits``): no smallpox vaccine from a textile inventor.
 - ``name_languages`` of a landmark or mountain fact: the languages its name speaks ([]: none); a
   counterfactual place speaks one of them (``speaks_name``). A city's languages are the relation's
   ``languages``; a country's come from countries.json (``language``, ``other_languages``) and the
@@ -29,15 +31,18 @@ from .common import same_answer
 
 
 def creator_fits(record: dict, fact: dict, creator: str) -> bool:
-    """The creator wrote in the work's ``form`` and shares one of its ``cultures`` (no traits: True)."""
+    """The creator worked in the work's ``form`` (one of them, where it lists several: the cotton gin is
+    textiles and agriculture) and, where the work has ``cultures``, shares one of them (no traits: True)."""
     traits = record.get("creator_traits")
     if traits is None:
         return True
     own = traits.get(creator)
     if own is None:
         raise ValueError(f"relations.json {record['relation']}: creator {creator!r} has no creator_traits; "
-                         f"add its forms and cultures")
-    return fact["form"] in own["forms"] and bool(set(fact["cultures"]) & set(own["cultures"]))
+                         f"add its forms (and cultures where the works have them)")
+    forms = {fact["form"]} if isinstance(fact["form"], str) else set(fact["form"])
+    return bool(forms & set(own["forms"])) and (
+        "cultures" not in fact or bool(set(fact["cultures"]) & set(own.get("cultures", []))))
 
 
 @lru_cache(maxsize=1)
@@ -117,7 +122,8 @@ def _found(item: Item) -> tuple[dict, dict] | None:
 
 def _creator_misfit(items: list[Item]) -> list[str]:
     return [i.id for i in items if (found := _found(i)) and "creator_traits" in found[0]
-            and not creator_fits(*found, i.counterfactual_answer)]
+            and (i.counterfactual_answer not in found[0]["creator_traits"]
+                 or not creator_fits(*found, i.counterfactual_answer))]
 
 
 def _place_misfit(items: list[Item]) -> list[str]:

@@ -51,6 +51,16 @@ def inject_german_for_an_italian_opera(items):  # Rigoletto (1851) by Richard Wa
                    counterfactual_aliases=["Wagner"])
 
 
+def inject_dutch_painter_for_guernica(items):  # Guernica (1937) by Piet Mondrian (alive, adult, a painter)
+    return _inject(items, _item(items, "painting_painter", "Guernica"), counterfactual_answer="Piet Mondrian",
+                   counterfactual_aliases=["Mondrian"])
+
+
+def inject_sound_inventor_for_a_vaccine(items):  # the rabies vaccine (1885) by Thomas Edison (alive, adult)
+    return _inject(items, _item(items, "invention_inventor", "the rabies vaccine"),
+                   counterfactual_answer="Thomas Edison", counterfactual_aliases=["Edison"])
+
+
 def inject_german_name_in_moscow(items):  # Schönbrunn Palace in Moscow
     item = _item(items, "landmark_city", "Schönbrunn Palace")
     return _inject(items, item, counterfactual_answer="Moscow",
@@ -92,7 +102,8 @@ def inject_double_stop(items):  # "... the best-known sights of Washington, D.C.
 
 CASES = {
     "single_full_stop": [inject_double_stop],
-    "creator_fits_work": [inject_poet_for_a_russian_novel, inject_german_for_an_italian_opera],
+    "creator_fits_work": [inject_poet_for_a_russian_novel, inject_german_for_an_italian_opera,
+                          inject_dutch_painter_for_guernica, inject_sound_inventor_for_a_vaccine],
     "place_speaks_name": [inject_german_name_in_moscow],
     "description_not_contradicted": [inject_contradicted_filler],
     "kind_once": [inject_kind_twice],
@@ -145,15 +156,39 @@ def test_tables_give_every_true_creator_and_place_the_cues_of_its_own_work():
                     assert cues.speaks_name(record, fact, fact["answer"]), fact["subject"]
 
 
-def test_counterfactual_creators_share_form_and_culture(items):
-    record = cf_world_facts.relations_by_name()["book_author"]
-    traits = record["creator_traits"]
-    for item in items:
-        if item.relation == "book_author":
-            fact = cf_world_facts.facts_by_subject()[("book_author", item.subject)]
-            assert fact["form"] in traits[item.counterfactual_answer]["forms"]
-            assert set(fact["cultures"]) & set(traits[item.counterfactual_answer]["cultures"])
-    assert not any(i.subject == "Rhapsody in Blue" for i in items)  # no other jazz composer: left out
+@pytest.mark.parametrize("relation", ["book_author", "composition_composer", "painting_painter",
+                                      "invention_inventor"])
+def test_counterfactual_creators_share_form_and_culture(items, relation):
+    traits = cf_world_facts.relations_by_name()[relation]["creator_traits"]
+    drawn = [i for i in items if i.relation == relation]
+    assert len(drawn) >= 30
+    for item in drawn:
+        fact = cf_world_facts.facts_by_subject()[(relation, item.subject)]
+        own = traits[item.counterfactual_answer]
+        forms = [fact["form"]] if isinstance(fact["form"], str) else fact["form"]
+        assert set(forms) & set(own["forms"]), item.id
+        assert "cultures" not in fact or set(fact["cultures"]) & set(own["cultures"]), item.id
+
+
+def test_works_whose_cues_no_other_creator_fits_are_left_out(items):
+    subjects = {i.subject for i in items if i.relation in ("composition_composer", "painting_painter")}
+    assert "Rhapsody in Blue" not in subjects  # no other jazz composer
+    assert "the Venus of Urbino" not in subjects  # no other Italian painter alive and adult in 1538
+    assert "Washington Crossing the Delaware" not in subjects  # no other American painter in 1851
+    fields = {i.counterfactual_answer for i in items if i.subject == "the smallpox vaccine"}
+    assert fields and fields <= {"Philippe Pinel", "Benjamin Rush", "René Laennec", "Louis Pasteur", "Robert Koch",
+                                 "Joseph Lister", "Howard Florey", "Jonas Salk"}  # physicians only
+
+
+def test_every_other_inventor_has_one_lifespan_and_its_fields():
+    record = cf_world_facts.relations_by_name()["invention_inventor"]
+    spans = cf_world_facts.lifespans("invention_inventor")
+    for other in record["other_answers"]:
+        assert other["answer"] in spans and other["answer"] in record["creator_traits"], other["answer"]
+    broken = {**record, "creator_traits": {k: v for k, v in record["creator_traits"].items() if k != "Robert Koch"}}
+    fact = next(f for f in record["facts"] if f["subject"] == "the rabies vaccine")
+    with pytest.raises(ValueError, match="Robert Koch.*creator_traits"):
+        cues.creator_fits(broken, fact, "Robert Koch")
 
 
 def test_a_state_is_not_a_city_answer(items):
