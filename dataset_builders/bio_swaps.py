@@ -8,6 +8,9 @@ ICLR 2025, section 3.2: a counterfactual the passage never argues against).
 * A name-swap substitute shares the nationality the passage states (``substitute_nationality_fits``): no
   "Ernest Hemingway was an English novelist". A substitute of another nationality is told in a passage that
   states no nationality, no place and no national work.
+* A nationality item, and a name swap of another nationality, leave out the person's sentences that tie them to
+  their real country's institutions, money or land (``national`` in ``data/people_about.json``: a senator, a
+  dollar coin, the desert), which not every nationality has.
 
 ``rules`` builds the validator rules (merged into cf_bio's); cf_bio passes in its nationality functions.
 """
@@ -61,6 +64,16 @@ def may_cross_nationality(person: dict, terms: list[str]) -> bool:
     return not person.get("national_works") and not contains_any(" ".join(person["works"]), terms)
 
 
+@lru_cache(maxsize=1)
+def _national() -> dict[str, list[str]]:
+    return {r["person"]: list(r.get("national", [])) for r in tables.load_table("people_about.json")}
+
+
+def national_details(person: dict) -> list[str]:
+    """Phrases of the person's documented sentences that only some nationalities fit ("a senator")."""
+    return _national().get(person["id"], [])
+
+
 def nationality_words() -> list[str]:
     """Every nationality adjective, noun and country of the table."""
     return sorted({w for n in _table().values() for w in (n["adjective"], *n["nouns"], *n["countries"])})
@@ -92,17 +105,26 @@ def rules(true_terms: Callable[[dict], list[str]], choices: Callable[[dict], lis
             if i.relation != "person_name" or i.counterfactual_answer not in by_name:
                 continue
             person = people[i.subject]
-            states = [*true_terms(person), *person.get("national_works", []), *nationality_words()]
+            states = [*true_terms(person), *person.get("national_works", []), *nationality_words(),
+                      *national_details(person)]
             if not substitute_nationality_fits(person, by_name[i.counterfactual_answer]) and contains_any(i.context, states):
                 bad.append(i.id)
         return bad
 
+    def national_detail(items: list[Item]) -> list[str]:
+        return [i.id for i in items if i.relation == "nationality"
+                and contains_any(i.context, national_details(people[i.subject]))]
+
     return {
+        "bio_national_detail": (
+            "a nationality item tells none of the person's sentences that tie them to the real country's "
+            "institutions, money or land (national: a senator, a dollar coin)", national_detail),
         "bio_nationality_one_way": (
             f"the items of one true nationality (at least {SPREAD_MIN_ITEMS}) that more than one counterfactual "
             f"nationality fits never take one of them more than {SPREAD_MAX_SHARE:.0%} of the time", one_way),
         "bio_substitute_nationality": (
             "a name-swap substitute is of the nationality the passage states (or one inside it, part_of); one of "
-            "another nationality only in a passage that states no nationality, place or national work",
+            "another nationality only in a passage that states no nationality, place, national work or national "
+            "detail",
             substitute_nationality),
     }

@@ -431,7 +431,7 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     # The substitutes of the stated nationality first; one of another nationality only where no work ties the
     # person to a nationality, told with no nationality and no place (the passage then states none).
     same = [o for o in candidates if bio_swaps.substitute_nationality_fits(person, o)]
-    terms = true_nationality_terms(person) + bio_swaps.nationality_words()
+    terms = true_nationality_terms(person) + bio_swaps.nationality_words() + bio_swaps.national_details(person)
     other = [o for o in candidates if o not in same] if bio_swaps.may_cross_nationality(person, terms) else []
     picked = rng.sample(same, min(SUBSTITUTES_PER_PERSON, len(same)))
     picked += rng.sample(other, min(SUBSTITUTES_PER_PERSON - len(picked), len(other)))
@@ -509,7 +509,8 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random, used: Coun
     if not choices:
         return None
     facts["nationality"] = bio_swaps.balanced_choice(person["nationality"], choices, used, rng)
-    return facts["nationality"], facts, true_nationality_terms(person) + person.get("national_works", []), False
+    forbidden = true_nationality_terms(person) + person.get("national_works", []) + bio_swaps.national_details(person)
+    return facts["nationality"], facts, forbidden, False
 
 
 def _attribute_items(person: dict, seed: int, rng: random.Random, used: Counter) -> list[tuple[Item, list[str]]]:

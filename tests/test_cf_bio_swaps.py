@@ -37,7 +37,14 @@ def inject_cross_nationality(items):  # "Aldous Huxley is an American novelist":
     return [swapped if i is item else i for i in items], item.id
 
 
-CASES = {"bio_nationality_one_way": inject_one_way, "bio_substitute_nationality": inject_cross_nationality}
+def inject_national_detail(items):  # "Susan B. Anthony ... a British activist ... appeared on a dollar coin"
+    item = next(i for i in items if i.relation == "nationality" and i.subject == "susan_b_anthony")
+    return [replace(i, context=i.context + " Anthony appeared on a dollar coin.") if i is item else i
+            for i in items], item.id
+
+
+CASES = {"bio_nationality_one_way": inject_one_way, "bio_substitute_nationality": inject_cross_nationality,
+         "bio_national_detail": inject_national_detail}
 
 
 def test_every_rule_has_a_case():
@@ -108,6 +115,14 @@ def test_a_substitute_is_of_the_stated_nationality(person, sub, fits):
     assert bio_swaps.substitute_nationality_fits(PEOPLE[person], PEOPLE[sub]) is fits
 
 
+def test_national_details_are_phrases_of_the_persons_sentences():
+    about = {r["person"]: r for r in tables.load_table("people_about.json")}
+    details = {person: r["national"] for person, r in about.items() if "national" in r}
+    assert {"hillary_clinton", "susan_b_anthony", "georgia_okeeffe"} <= set(details)
+    for person, phrases in details.items():
+        assert all(any(p in t for t in about[person]["sentences"]) for p in phrases), person
+
+
 def test_a_substitute_of_another_nationality_is_told_without_nationality_or_place(items):
     crossed = [i for i in items if i.relation == "person_name"
                and not bio_swaps.substitute_nationality_fits(PEOPLE[i.subject], BY_NAME[i.counterfactual_answer])]
@@ -115,6 +130,7 @@ def test_a_substitute_of_another_nationality_is_told_without_nationality_or_plac
     for item in crossed:
         person = PEOPLE[item.subject]
         assert not person.get("national_works"), item.id
-        words = [*bio_swaps.nationality_words(), person["birth_city"], *filter(None, [person["death_city"]])]
+        words = [*bio_swaps.nationality_words(), person["birth_city"], *filter(None, [person["death_city"]]),
+                 *bio_swaps.national_details(person)]
         assert not [w for w in words if cf_bio.contains(item.context, w)], item.id
         assert all(w in item.context for w in person["works"][:2]), item.id  # the question's works are told
