@@ -20,9 +20,9 @@ Two kinds of item, built from ``data/people.json``:
     not also true of them, nor nested in it or containing it (British / Welsh); the passage names no
     place and no work that would imply the real one (``national_works``: "a major US party"); its
     languages include the language of the works (``language``); an item left with no work is dropped;
-    drawn evenly among those that fit (version 7, ``bio_swaps``: not every American made Canadian).
+    drawn evenly among those that fit (``bio_swaps``: not every American made Canadian).
 * a name-swap substitute shares the person's domain, the language of the works and every literary form
-  of them (``forms``: no poet given novels), and the nationality the passage states (version 7); one of
+  of them (``forms``: no poet given novels), and the nationality the passage states; one of
   another nationality is told without a nationality, a place or a national work (``bio_swaps``);
 * every passage tells the person's documented, answer-neutral sentences (``data/people_about.json``)
   one after each work, in place of generic legacy and career sentences;

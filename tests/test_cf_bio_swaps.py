@@ -1,4 +1,4 @@
-"""CF_Bio since version 7: nationality counterfactuals spread over every one that fits, and name-swap
+"""CF_Bio: nationality counterfactuals spread over every one that fits, and name-swap
 substitutes of the nationality the passage states (``bio_swaps``)."""
 
 import random
