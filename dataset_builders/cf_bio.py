@@ -53,7 +53,7 @@ from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
 VERSION = 6
-SUBSTITUTES_PER_PERSON = 4
+SUBSTITUTES_PER_PERSON = 4  # at most: few people have a substitute of their own nationality (the swaps stay 125 or more)
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 NAME_FOR_PRONOUN = 0.4  # the share of He/She openings told with the name instead (varied references)
 MAX_ERA_GAP = 10  # most years between the lifespans of a person and a name-swap substitute
