@@ -16,12 +16,14 @@ Two kinds of item, built from ``data/people.json``:
   - birth_city: the passage says "born in <city>"; the city lies in the person's real birth
     country (so birth country and nationality still agree) and is attested in the table by then;
     it is never inside the real one, nor the real one inside it (``places_within``: Greenwich, London);
-  - nationality: a nationality of the same region that existed in the person's lifetime and is
+  - nationality: a nationality of the same region (or its ``kin``) that existed in the person's lifetime and is
     not also true of them, nor nested in it or containing it (British / Welsh); the passage names no
     place and no work that would imply the real one (``national_works``: "a major US party"); its
-    languages include the language of the works (``language``); an item left with no work is dropped.
+    languages include the language of the works (``language``); an item left with no work is dropped;
+    drawn evenly among those that fit (``bio_swaps``: not every American made Canadian).
 * a name-swap substitute shares the person's domain, the language of the works and every literary form
-  of them (``forms``: no poet given novels);
+  of them (``forms``: no poet given novels), and the nationality the passage states; one of
+  another nationality is told without a nationality, a place or a national work (``bio_swaps``);
 * every passage tells the person's documented, answer-neutral sentences (``data/people_about.json``)
   one after each work, in place of generic legacy and career sentences;
 * birth cities are cities or towns (``places_not_drawn`` keeps villages, estates and districts out), and
@@ -38,19 +40,20 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
 
 from cf_tasks.text import contains, contains_any
 
-from . import bio_plausible, tables
+from . import bio_plausible, bio_swaps, tables
 from .bio_plausible import birth_year_choices, nationality_fits_language, noun_only, substitute_fits, within
 from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
 VERSION = 6
-SUBSTITUTES_PER_PERSON = 2
+SUBSTITUTES_PER_PERSON = 4  # at most: few people have a substitute of their own nationality (the swaps stay 125 or more)
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 NAME_FOR_PRONOUN = 0.4  # the share of He/She openings told with the name instead (varied references)
 MAX_ERA_GAP = 10  # most years between the lifespans of a person and a name-swap substitute
@@ -279,10 +282,11 @@ def nested_nationality(person: dict, adjective: str) -> bool:
 
 
 def nationality_is_plausible(person: dict, adjective: str, birth_year: int) -> bool:
-    """Same region as the real nationality, and the state existed within the person's life."""
+    """Same region as the real nationality (or its ``kin``), and the state existed within the person's life."""
     entry, real = nationalities()[adjective], nationalities()[person["nationality"]]
     since = entry["since"]
-    return entry["drawn"] and entry["region"] == real["region"] and (
+    near = entry["region"] == real["region"] or bio_swaps.kin(person["nationality"], adjective)
+    return entry["drawn"] and near and (
         since is None or since <= birth_year + NATIONALITY_LATEST)
 
 
@@ -424,10 +428,19 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
         and not set(name_fragments(o["name"], *o["aliases"])) & set(fragments)
         and not contains_any(told, name_fragments(o["name"], *o["aliases"]))
     ]
+    # The substitutes of the stated nationality first; one of another nationality only where no work ties the
+    # person to a nationality, told with no nationality and no place (the passage then states none).
+    same = [o for o in candidates if bio_swaps.substitute_nationality_fits(person, o)]
+    terms = true_nationality_terms(person) + bio_swaps.nationality_words() + bio_swaps.national_details(person)
+    other = [o for o in candidates if o not in same] if bio_swaps.may_cross_nationality(person, terms) else []
+    picked = rng.sample(same, min(SUBSTITUTES_PER_PERSON, len(same)))
+    picked += rng.sample(other, min(SUBSTITUTES_PER_PERSON - len(picked), len(other)))
     items = []
-    for k, sub in enumerate(rng.sample(candidates, min(SUBSTITUTES_PER_PERSON, len(candidates)))):
-        sentences, agree = biography(person, sub["name"], sub["surname"], [*fragments, *bio_plausible.PEN_NAME],
-                                      (person, person["name"], person["surname"]), rng)
+    for k, sub in enumerate(picked):
+        crossed = sub in other
+        sentences, agree = biography(person, sub["name"], sub["surname"],
+                                      [*fragments, *bio_plausible.PEN_NAME, *(terms if crossed else [])],
+                                      (person, person["name"], person["surname"]), rng, with_places=not crossed)
         question = fill(QUESTIONS["person_name"], domain=person["domain"], works=works_phrase(person["works"]))
         items.append((
             Item(
@@ -450,9 +463,24 @@ def _name_items(person: dict, others: list[dict], seed: int, rng: random.Random)
     return items
 
 
-def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[str, dict, list[str], bool] | None:
+def nationality_choices(person: dict) -> list[str]:
+    """The counterfactual nationalities that fit ``person`` (none when every work names the real one)."""
+    forbidden = true_nationality_terms(person) + person.get("national_works", [])
+    works = " ".join(w for w in person["works"] if not contains_any(w, forbidden))
+    if not works:
+        return []  # every work ties the person to the real nationality: what is left is no biography
+    return [
+        n for n in nationalities()
+        if not nationality_is_true(person, n) and nationality_is_plausible(person, n, person["birth_year"])
+        and not contains_any(works, [n, *nationalities()[n]["countries"]])
+        and nationality_fits_language(person, n)  # no Spanish author of War and Peace
+    ]
+
+
+def _counterfactual(person: dict, attribute: str, rng: random.Random, used: Counter
+                    ) -> tuple[str, dict, list[str], bool] | None:
     """(value, changed facts, extra forbidden phrases, with_places) for one attribute, or None
-    when no plausible value is left (the item is then dropped)."""
+    when no plausible value is left (the item is then dropped); ``used`` counts the nationalities drawn."""
     facts = dict(person)
     if attribute == "birth_year":
         # Either way, as long as the life stays possible: an adult at the first work (first_work_year),
@@ -477,29 +505,21 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
             return None
         facts["birth_city"] = rng.choice(cities)
         return facts["birth_city"], facts, [], True
-    forbidden = true_nationality_terms(person) + person.get("national_works", [])
-    works = " ".join(w for w in person["works"] if not contains_any(w, forbidden))
-    if not works:
-        return None  # every work ties the person to the real nationality: what is left is no biography
-    choices = [
-        n for n in nationalities()
-        if not nationality_is_true(person, n) and nationality_is_plausible(person, n, person["birth_year"])
-        and not contains_any(works, [n, *nationalities()[n]["countries"]])
-        and nationality_fits_language(person, n)  # no Spanish author of War and Peace
-    ]
+    choices = nationality_choices(person)
     if not choices:
         return None
-    facts["nationality"] = rng.choice(choices)
+    facts["nationality"] = bio_swaps.balanced_choice(person["nationality"], choices, used, rng)
+    forbidden = true_nationality_terms(person) + person.get("national_works", []) + bio_swaps.national_details(person)
     return facts["nationality"], facts, forbidden, False
 
 
-def _attribute_items(person: dict, seed: int, rng: random.Random) -> list[tuple[Item, list[str]]]:
+def _attribute_items(person: dict, seed: int, rng: random.Random, used: Counter) -> list[tuple[Item, list[str]]]:
     items = []
     for attribute in ATTRIBUTES:
         true_value = str(person[attribute])
         if contains_any(" ".join([person["name"], *person["aliases"]]), [true_value]):
             continue  # Leonardo da Vinci, born in Vinci: the name would give the answer away
-        drawn = _counterfactual(person, attribute, rng)
+        drawn = _counterfactual(person, attribute, rng, used)
         if drawn is None:
             continue
         cf_value, facts, forbidden, with_places = drawn
@@ -541,8 +561,9 @@ def build_pairs(seed: int) -> list[tuple[Item, list[str]]]:
     for person in people:
         others = [o for o in people if o["id"] != person["id"]]
         pairs += _name_items(person, others, seed, rng)
+    used: Counter = Counter()  # (true, counterfactual nationality) -> items so far: an even spread
     for person in people:
-        pairs += _attribute_items(person, seed, rng)
+        pairs += _attribute_items(person, seed, rng, used)
     return pairs
 
 
@@ -656,6 +677,7 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_titled_substitute": ("a name-swap substitute's name carries no title, honorific or regnal number "
                               "(Queen Victoria, Mahatma Gandhi, Elizabeth I)", _titled_substitute),
     **bio_plausible.RULES,
+    **bio_swaps.rules(true_nationality_terms, nationality_choices),
 }
 
 
