@@ -43,7 +43,7 @@ from functools import lru_cache
 
 from cf_tasks.text import contains, contains_any
 
-from . import bio_plausible, tables
+from . import bio_plausible, bio_primacy, tables
 from .bio_plausible import birth_year_choices, nationality_fits_language, noun_only, substitute_fits, within
 from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
@@ -383,7 +383,9 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
     # Two further works share one sentence ("also known for X and Y"): fewer frame words per passage.
     slots = ([("work1", ["work1"])] if works else []) + (
         [("work23", ["work2", "work3"])] if len(works) > 2 else [("work2", ["work2"])] if len(works) > 1 else [])
-    work_pools = [tuple(t for t in style[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
+    # "best known for" only the person's first listed work (a nationality item may have left it out)
+    pools = {**style, "work1": bio_primacy.work1_frames(style["work1"], works, facts["works"])}
+    work_pools = [tuple(t for t in pools[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
                                                           and noun_only(t, n) for n in names))
                   for kind, names in slots]
     # The person's own answer-neutral sentences, one after each work, the rest after the last
@@ -656,6 +658,7 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_titled_substitute": ("a name-swap substitute's name carries no title, honorific or regnal number "
                               "(Queen Victoria, Mahatma Gandhi, Elizabeth I)", _titled_substitute),
     **bio_plausible.RULES,
+    **bio_primacy.RULES,
 }
 
 
@@ -672,5 +675,5 @@ AGREE_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "agree_bio_no_substitute_fragment": ("a name-swap twin keeps no fragment of the substitute's name",
                                          _substitute_fragment),
     **{rule: EXTRA_RULES[rule] for rule in ("bio_birth_city_country", "bio_living_described_dead",
-                                            "bio_noun_as_adjective", *bio_plausible.TEXT_RULES)},
+                                            "bio_noun_as_adjective", *bio_plausible.TEXT_RULES, *bio_primacy.RULES)},
 }
