@@ -22,8 +22,8 @@ PRIMACY = re.compile(
     r"\b(best known for|most famous for|rests largely on|fame comes from|above all|owes much of \S+ reputation to|"
     r"first and foremost|reputation is built on|became famous for|won great renown for|gained international fame for)\b",
     re.IGNORECASE)
-# Sentence ends, with no split inside "No. 1" (a digit follows) or "Pietà." (a letter outside a-z precedes)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"“])")
+# Sentence ends, with no split inside "No. 1" (a digit follows) or after an initial ("John F. Kennedy")
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+(?=[A-Z\"“])")
 # First-work frames that claim no primacy, for a passage whose first listed work is left out.
 NEUTRAL_WORK1 = (
     "{Who} {is} known for {work1}.",

@@ -43,7 +43,7 @@ from functools import lru_cache
 
 from cf_tasks.text import contains, contains_any
 
-from . import bio_plausible, bio_primacy, tables
+from . import bio_places, bio_plausible, bio_primacy, tables
 from .bio_plausible import birth_year_choices, nationality_fits_language, noun_only, substitute_fits, within
 from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
@@ -460,7 +460,8 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random) -> tuple[s
         # Either way, as long as the life stays possible: an adult at the first work (first_work_year),
         # no lifespan of 95 or more unless true, no living person of 90 or more. A direction first, so
         # that earlier and later come about equally often whatever the number of years each side offers.
-        sides = [[y for y in side if nationality_is_plausible(person, person["nationality"], y)]
+        sides = [[y for y in side if nationality_is_plausible(person, person["nationality"], y)
+                  and bio_places.country_existed(person["birth_country"], y)]  # no birth in Pakistan in 1930
                  for side in birth_year_choices(person)]
         sides = [side for side in sides if side]
         if not sides:
@@ -659,6 +660,7 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
                               "(Queen Victoria, Mahatma Gandhi, Elizabeth I)", _titled_substitute),
     **bio_plausible.RULES,
     **bio_primacy.RULES,
+    **bio_places.RULES,
 }
 
 
