@@ -42,6 +42,14 @@ def inject_country_out_of_time(items):  # "born in Boston, in the United States,
     return _swap(items, item, replace(item, counterfactual_answer="1770", context=context))
 
 
+def test_a_work_never_made_the_name(items):  # "Goya became famous for The Third of May 1808": he was before
+    item = _first(items, "birth_year", lambda i, p: True)
+    first = PEOPLE[item.subject]["works"][0]
+    broken, bad_id = _swap(items, item, replace(item, context=item.context + f" The name became famous for {first}."))
+    hit = [line for line in failures(broken) if line.startswith("bio_primacy_claim:")]
+    assert len(hit) == 1 and bad_id in hit[0]
+
+
 CASES = {"bio_primacy_claim": inject_primacy_claim, "bio_country_out_of_time": inject_country_out_of_time}
 
 
@@ -62,7 +70,8 @@ def test_rule_catches_injected_defect(items, rule):
 @pytest.mark.parametrize("style", [cf_bio.DECLARATIVE, cf_bio.NARRATIVE])
 def test_a_passage_without_the_first_work_claims_no_primacy_for_the_next(style):
     listed = ["the Emancipation Proclamation", "the Gettysburg Address"]
-    assert bio_primacy.work1_frames(style["work1"], listed, listed) == style["work1"]
+    kept = bio_primacy.work1_frames(style["work1"], listed, listed)
+    assert kept == tuple(t for t in style["work1"] if not bio_primacy.ORIGIN.search(t))
     assert any(bio_primacy.PRIMACY.search(t) for t in style["work1"])  # the rule reads the frames it guards
     left = bio_primacy.work1_frames(style["work1"], listed[1:], listed)
     assert len(left) >= 3 and not any(bio_primacy.PRIMACY.search(t) for t in left)
