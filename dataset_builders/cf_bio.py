@@ -46,7 +46,7 @@ from functools import lru_cache
 
 from cf_tasks.text import contains, contains_any
 
-from . import bio_plausible, bio_swaps, tables
+from . import bio_places, bio_plausible, bio_primacy, bio_swaps, tables
 from .bio_plausible import birth_year_choices, nationality_fits_language, noun_only, substitute_fits, within
 from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
@@ -387,7 +387,9 @@ def biography(facts: dict, name: str, surname: str, forbidden: list[str], twin: 
     # Two further works share one sentence ("also known for X and Y"): fewer frame words per passage.
     slots = ([("work1", ["work1"])] if works else []) + (
         [("work23", ["work2", "work3"])] if len(works) > 2 else [("work2", ["work2"])] if len(works) > 1 else [])
-    work_pools = [tuple(t for t in style[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
+    # "best known for" only the person's first listed work (a nationality item may have left it out)
+    pools = {**style, "work1": bio_primacy.work1_frames(style["work1"], works, facts["works"])}
+    work_pools = [tuple(t for t in pools[kind] if not any(bio_plausible.gerund_work(works[int(n[-1]) - 1])
                                                           and noun_only(t, n) for n in names))
                   for kind, names in slots]
     # The person's own answer-neutral sentences, one after each work, the rest after the last
@@ -486,7 +488,8 @@ def _counterfactual(person: dict, attribute: str, rng: random.Random, used: Coun
         # Either way, as long as the life stays possible: an adult at the first work (first_work_year),
         # no lifespan of 95 or more unless true, no living person of 90 or more. A direction first, so
         # that earlier and later come about equally often whatever the number of years each side offers.
-        sides = [[y for y in side if nationality_is_plausible(person, person["nationality"], y)]
+        sides = [[y for y in side if nationality_is_plausible(person, person["nationality"], y)
+                  and bio_places.country_existed(person["birth_country"], y)]  # no birth in Pakistan in 1930
                  for side in birth_year_choices(person)]
         sides = [side for side in sides if side]
         if not sides:
@@ -678,6 +681,8 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
                               "(Queen Victoria, Mahatma Gandhi, Elizabeth I)", _titled_substitute),
     **bio_plausible.RULES,
     **bio_swaps.rules(true_nationality_terms, nationality_choices),
+    **bio_primacy.RULES,
+    **bio_places.RULES,
 }
 
 
@@ -694,5 +699,5 @@ AGREE_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "agree_bio_no_substitute_fragment": ("a name-swap twin keeps no fragment of the substitute's name",
                                          _substitute_fragment),
     **{rule: EXTRA_RULES[rule] for rule in ("bio_birth_city_country", "bio_living_described_dead",
-                                            "bio_noun_as_adjective", *bio_plausible.TEXT_RULES)},
+                                            "bio_noun_as_adjective", *bio_plausible.TEXT_RULES, *bio_primacy.RULES)},
 }

@@ -22,8 +22,8 @@ NAME_PARTICLES = frozenset(
 def country_in_text(name: str) -> str:
     """A country's name as it reads in running text: "the Netherlands", "France", "England".
 
-    The article is the ``article`` field of countries.json; names outside that table (England,
-    Scotland) take none.
+    The article is the ``article`` field of countries.json, or for a former state or land of
+    people.json (the Gold Coast) its ``articles``; other names (England, Scotland) take none.
     """
     article = _articles().get(name, "")
     return f"{article} {name}" if article else name
@@ -33,7 +33,7 @@ def country_in_text(name: str) -> str:
 def _articles() -> dict[str, str]:
     from . import tables
 
-    return {c["name"]: c["article"] for c in tables.countries()}
+    return {**tables.people_meta().get("articles", {}), **{c["name"]: c["article"] for c in tables.countries()}}
 
 
 def make_rng(dataset: str, version: int, seed: int) -> random.Random:

@@ -131,10 +131,11 @@ CASES = {
 
 def test_every_extra_rule_has_a_case():
     from test_cf_bio_passages import CASES as V2_CASES
+    from test_cf_bio_primacy import CASES as TIME_CASES
     from test_cf_bio_swaps import CASES as SWAP_CASES
 
     assert set(CASES) == set(bio_plausible.RULES)
-    assert set(CASES) | set(V2_CASES) | set(SWAP_CASES) == set(cf_bio.EXTRA_RULES)
+    assert set(CASES) | set(V2_CASES) | set(SWAP_CASES) | set(TIME_CASES) == set(cf_bio.EXTRA_RULES)
 
 
 CULTURE_CASES = {"bio_substitute_genre": inject_substitute_culture, "bio_nationality_language": inject_nationality_culture}

@@ -119,9 +119,10 @@ CASES = {
 
 def test_every_extra_rule_has_a_case():
     from test_cf_bio_lives import CASES as V5_CASES
+    from test_cf_bio_primacy import CASES as TIME_CASES
     from test_cf_bio_swaps import CASES as SWAP_CASES
 
-    assert set(CASES) | set(V5_CASES) | set(SWAP_CASES) == set(cf_bio.EXTRA_RULES)
+    assert set(CASES) | set(V5_CASES) | set(SWAP_CASES) | set(TIME_CASES) == set(cf_bio.EXTRA_RULES)
 
 
 @pytest.mark.parametrize("rule", sorted(CASES))
