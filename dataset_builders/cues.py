@@ -222,7 +222,7 @@ def _double_stop(items: list[Item]) -> list[str]:
 
 TEXT_RULES = {
     "single_full_stop": ('no sentence ends with two full stops ("Washington, D.C.."))', _double_stop),
-    "description_not_contradicted": ("no sentence presumes what the subject's own description denies (presumes, "
+    "description_not_contradicted": ("no sentence presumes what the subject's fact or description denies (presumes, "
                                      "denies)", _contradicted),
     "kind_once": ("a passage calls its subject by its kind (the landmark) at most once", _kind_repeated),
     "it_follows_subject": ('a sentence that opens with "It" follows one that opens with the subject', _it_after_other_noun),
