@@ -24,8 +24,8 @@ The counterfactual is plausible by construction, from fields of the table (one h
   composer writes in the work's form and shares a culture its title, characters and description fit
   (no novel about Raskolnikov by a poet, no jazz for Elgar); a substitute landmark city or mountain
   country speaks a language of the subject's name (the Arc de Triomphe goes to Brussels, not
-  Vienna); no sentence presumes what the subject's description denies (the Analytical Engine, never
-  fully built, gets no "later improvements").
+  Vienna); no sentence presumes what the subject's fact or description denies (the Analytical Engine,
+  never fully built, gets no "later improvements"; the Liberty Bell, shown indoors, no sunset).
 
 Facts left without a candidate are dropped. Items whose context names the true answer ("moved its
 headquarters from Cupertino to Seattle") are the ``cf_world_facts_former`` dataset (``build_items``
@@ -111,9 +111,9 @@ def build_passage_items(
                   **fact.get("values", {})}
         args = (templates, values, cf_answer, [] if mention else parametric, position, mention, rng, agree_rng)
         if "kind" in templates:
-            # no sentence that the subject's own description contradicts (cues.contradicted_templates)
+            # no sentence that is false of the subject (cues.contradicted_templates), in any pool
             own = {**templates, **{pool: [t for t in templates[pool] if t not in fact.get("contradicted", ())]
-                                   for pool in ("reason_sentences", "filler_sentences")}}
+                                   for pool in cues.TEMPLATE_POOLS if pool in templates}}
             args = (own, *args[1:])
             passage = article_from_templates(*args, about=fact["about"])
         else:
@@ -296,6 +296,9 @@ def answer_pool(record: dict) -> list[tuple[str, list[str]]]:
 def prepared_facts(record: dict) -> list[dict]:
     """The relation's facts with their plausible ``cf_pool``, containers as true aliases, and the
     number forms of the subject."""
+    problems = cues.presumes_problems(record)
+    if problems:
+        raise ValueError(problems[0])
     pool = answer_pool(record)
     forms = dict(pool)
     out = []

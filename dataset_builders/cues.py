@@ -16,9 +16,10 @@ that such a cue speaks against can be read as wrong from the passage alone, and 
   counterfactual place speaks one of them (``speaks_name``). A city's languages are the relation's
   ``languages``; a country's come from countries.json (``language``, ``other_languages``) and the
   relation's ``regional_languages`` (Hawaiian in the United States).
-- ``denies`` of an about.json record (the Analytical Engine was never fully ``built``) and a
-  relation's ``presumes`` (the templates that take for granted that the subject was ``built``): no
-  passage holds a sentence its own description contradicts (``contradicted_templates``).
+- ``denies`` of a fact in relations.json (the Liberty Bell, shown indoors, is no ``outdoors`` sight;
+  Mount Cook is no ``walkable`` peak) or of an about.json record (the Analytical Engine was never fully
+  ``built``), and a relation's ``presumes`` (the templates, of any pool, that take the property for
+  granted): no passage holds a sentence that is false of its own subject (``contradicted_templates``).
 """
 
 from __future__ import annotations
@@ -70,21 +71,52 @@ def speaks_name(record: dict, fact: dict, place: str) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _denials() -> dict[str, tuple[str, ...]]:
+def _about_denials() -> dict[str, tuple[str, ...]]:
     return {r["subject"]: tuple(r.get("denies", [])) for r in tables.load_table("about.json")}
 
 
+def denials(record: dict, subject: str) -> list[str]:
+    """What the subject is not (``denies``): its fact's in relations.json (the Liberty Bell is no outdoor
+    sight) and its about.json record's (the Analytical Engine was never fully built). Each must name a
+    ``presumes`` key of the relation: a misspelt one would keep nothing out."""
+    fact = next((f for f in record["facts"] if f["subject"] == subject), {})
+    out = [*fact.get("denies", []), *_about_denials().get(subject, ())]
+    unknown = [what for what in out if what not in record.get("presumes", {})]
+    if unknown:
+        raise ValueError(f"relations.json {record['relation']}: {subject} denies {', '.join(map(repr, unknown))}, "
+                         f"which the relation's presumes does not name; fix the key or add it to presumes")
+    return out
+
+
 def contradicted_templates(record: dict, subject: str) -> set[str]:
-    """The relation's templates that presume what the subject's description denies."""
+    """The relation's templates that presume what the subject's fact or description denies."""
     presumes = record.get("presumes", {})
-    return {t for what in _denials().get(subject, ()) for t in presumes.get(what, [])}
+    return {t for what in denials(record, subject) for t in presumes[what]}
+
+
+TEMPLATE_POOLS = ("opening_sentences", "reason_sentences", "filler_sentences", "answer_sentences",
+                  "former_sentences", "change_sentences", "change_reasons")
+
+
+def presumes_problems(record: dict) -> list[str]:
+    """One line per ``presumes`` template that is no template of the relation (a typo keeps nothing out)
+    and per fact whose denials leave one of its template pools empty."""
+    own = {t for pool in TEMPLATE_POOLS for t in record.get(pool, [])}
+    out = [f"relations.json {record['relation']}: presumes {what!r} names {t!r}, which is no template of the "
+           f"relation; copy the template exactly" for what, ts in record.get("presumes", {}).items()
+           for t in ts if t not in own]
+    for fact in record["facts"]:
+        left_out = contradicted_templates(record, fact["subject"])
+        out += [f"relations.json {record['relation']}: {fact['subject']} keeps no {pool}; deny less or add "
+                f"templates" for pool in TEMPLATE_POOLS if record.get(pool) and set(record[pool]) <= left_out]
+    return out
 
 
 def template_pattern(template: str) -> re.Pattern:
     """A filled template (its final full stop left off), with the subject given by name, kind or "it"
     (any words) and number forms."""
     text = re.escape(template.rstrip("."))
-    for slot in ("subject", "Subject", "it", "its"):
+    for slot in ("subject", "Subject", "it", "its", "answer", "Answer", "parametric", "Parametric"):
         text = text.replace(re.escape("{" + slot + "}"), r".+?")
     text = re.sub(r"\\\{(is|was|has)\\\}", r"\\w+", text).replace(re.escape("{s}"), "s?")
     return re.compile(text, re.IGNORECASE)
@@ -196,7 +228,7 @@ def _double_stop(items: list[Item]) -> list[str]:
 
 TEXT_RULES = {
     "single_full_stop": ('no sentence ends with two full stops ("Washington, D.C.."))', _double_stop),
-    "description_not_contradicted": ("no sentence presumes what the subject's own description denies (presumes, "
+    "description_not_contradicted": ("no sentence presumes what the subject's fact or description denies (presumes, "
                                      "denies)", _contradicted),
     "kind_once": ("a passage calls its subject by its kind (the landmark) at most once", _kind_repeated),
     "it_follows_subject": ('a sentence that opens with "It" follows one that opens with the subject', _it_after_other_noun),

@@ -3,6 +3,7 @@ culture, the language of a place's name, a description a filler would contradict
 template slips a reviewer found, a ``_former`` passage as long as its twin, and answers scored in every
 form they are remembered in. Each rule is shown to catch a defect injected into a valid build."""
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -72,6 +73,16 @@ def inject_contradicted_filler(items):  # "never fully built" beside "later impr
     return _inject(items, item, context=item.context + " Later improvements made the Analytical Engine far more reliable.")
 
 
+def inject_fact_denied_filler(items):  # the Liberty Bell, shown indoors (its relations.json fact), at sunset
+    item = _item(items, "landmark_city", "the Liberty Bell")
+    return _inject(items, item, context=item.context + " The Liberty Bell is especially striking at sunset.")
+
+
+def inject_fact_denied_answer_sentence(items):  # the Statue of Liberty, on an island, "in the heart of" a city
+    item = _item(items, "landmark_city", "the Statue of Liberty")
+    return _inject(items, item, context=item.context + f" The statue stands in the heart of {item.counterfactual_answer}.")
+
+
 def inject_kind_twice(items):
     item = next(i for i in items if i.relation == "landmark_city" and "the landmark" not in i.context.lower())
     return _inject(items, item, context=item.context + " The landmark is especially striking at sunset."
@@ -105,7 +116,8 @@ CASES = {
     "creator_fits_work": [inject_poet_for_a_russian_novel, inject_german_for_an_italian_opera,
                           inject_dutch_painter_for_guernica, inject_sound_inventor_for_a_vaccine],
     "place_speaks_name": [inject_german_name_in_moscow],
-    "description_not_contradicted": [inject_contradicted_filler],
+    "description_not_contradicted": [inject_contradicted_filler, inject_fact_denied_filler,
+                                     inject_fact_denied_answer_sentence],
     "kind_once": [inject_kind_twice],
     "it_follows_subject": [inject_it_after_other_noun],
     "museum_named_first": [inject_museum_before_named],
@@ -220,3 +232,42 @@ def test_ic_recall_language_queries_accept_other_official_languages(name):
     broken = [replace(i, parametric_aliases=[]) if i is item else i for i in built]
     assert _hit(failures(broken), "ic_other_truths_accepted", item.id)
     assert failures(built) == []
+
+
+def test_a_fact_denies_only_what_its_relation_presumes():
+    """Every ``denies`` key of a fact (relations.json) or description (about.json) names a ``presumes`` key of
+    its relation, every presumed template is one of the relation's, and no fact loses a whole pool."""
+    for record in tables.relations():
+        assert cues.presumes_problems(record) == [], record["relation"]
+        for fact in record["facts"]:
+            assert set(fact.get("denies", [])) <= set(record.get("presumes", {})), fact["subject"]
+    landmarks = cf_world_facts.relations_by_name()["landmark_city"]
+    assert "the Liberty Bell" not in tables.about()  # its denial comes from its fact, not a description
+    assert "{Subject} {is} especially striking at sunset." in cues.contradicted_templates(landmarks, "the Liberty Bell")
+
+
+def test_a_misspelt_denial_fails_in_one_line_naming_the_fact_and_the_fix():
+    record = copy.deepcopy(cf_world_facts.relations_by_name()["landmark_city"])
+    bell = next(f for f in record["facts"] if f["subject"] == "the Liberty Bell")
+    bell["denies"] = ["outdoor"]  # the key is "outdoors"
+    with pytest.raises(ValueError) as err:
+        cf_world_facts.prepared_facts(record)
+    message = str(err.value)
+    assert "\n" not in message and "the Liberty Bell" in message and "'outdoor'" in message
+    assert "fix the key or add it to presumes" in message
+
+
+def test_a_misspelt_presumed_template_fails():
+    record = copy.deepcopy(cf_world_facts.relations_by_name()["landmark_city"])
+    record["presumes"]["outdoors"] = ["{Subject} is especially striking at sunset."]  # not the template's {is}
+    with pytest.raises(ValueError, match="no template of the relation; copy the template exactly"):
+        cf_world_facts.prepared_facts(record)
+
+
+def test_denied_templates_stay_out_of_every_pool(items, former):
+    """A denied answer or former sentence is left out too, not only reasons and fillers."""
+    for item in [*items, *former]:
+        if item.subject in ("the Statue of Liberty", "Christ the Redeemer", "Times Square"):
+            assert "in the heart of" not in item.context, item.id
+        if item.subject == "Times Square":
+            assert "stands in" not in item.context and "built in" not in item.context, item.id
