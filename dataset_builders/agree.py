@@ -156,11 +156,11 @@ and the memorised saying agree. ``counterfactual_answer`` keeps the word the twi
 
 # In the order of the datasets they mirror.
 TWINS: tuple[Twin, ...] = (
-    Twin(cf_bio.NAME, 5, lambda twin, seed: cf_bio.build_pairs(seed), cf_bio.AGREE_RULES, CF_BIO_AGREE_DOC),
-    Twin(cf_world_facts.NAME, 5,
+    Twin(cf_bio.NAME, 6, lambda twin, seed: cf_bio.build_pairs(seed), cf_bio.AGREE_RULES, CF_BIO_AGREE_DOC),
+    Twin(cf_world_facts.NAME, 6,
          lambda twin, seed: cf_world_facts.build_pairs(cf_world_facts.NAME, cf_world_facts.VERSION, seed, former=False),
          cf_world_facts.AGREE_RULES, CF_WORLD_FACTS_AGREE_DOC),
-    Twin(cf_world_facts_former.NAME, 5,
+    Twin(cf_world_facts_former.NAME, 6,
          lambda twin, seed: cf_world_facts.build_pairs(cf_world_facts_former.NAME, cf_world_facts_former.VERSION, seed,
                                                        former=True),
          cf_world_facts.AGREE_RULES, CF_WORLD_FACTS_FORMER_AGREE_DOC),

@@ -52,7 +52,7 @@ from .common import country_in_text, make_rng, name_fragments
 from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
-VERSION = 6
+VERSION = 7
 SUBSTITUTES_PER_PERSON = 4  # at most: few people have a substitute of their own nationality (the swaps stay 125 or more)
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 NAME_FOR_PRONOUN = 0.4  # the share of He/She openings told with the name instead (varied references)

@@ -51,7 +51,7 @@ from .common import POSITIONS, article_from_templates, balanced, make_rng, passa
 from .schema import Item, answer_position, fill
 
 NAME = "cf_world_facts"
-VERSION = 6
+VERSION = 7
 ITEMS_PER_FACT = 3  # distinct counterfactuals per fact (fewer where fewer candidates exist)
 FORMER_ITEMS_PER_FACT = 1
 MIN_CREATOR_AGE = 20

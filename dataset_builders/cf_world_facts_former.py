@@ -11,7 +11,7 @@ from . import cf_world_facts
 from .schema import Item
 
 NAME = "cf_world_facts_former"
-VERSION = 5
+VERSION = 6
 EXTRA_RULES = cf_world_facts.EXTRA_RULES
 
 

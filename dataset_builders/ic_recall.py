@@ -54,7 +54,7 @@ from .relations import (  # noqa: F401
 from .schema import Item
 
 NAME = "ic_recall"
-VERSION = 4
+VERSION = 5
 K_VALUES = (2, 4, 8)
 QUERIES_PER_RELATION = 8  # the same queries for every k, so that k is the only thing that changes
 MAX_ATTEMPTS = 200

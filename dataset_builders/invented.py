@@ -26,7 +26,7 @@ from .cf_world_facts import number_values, relations_by_name
 from .common import POSITIONS, passage_from_templates
 from .schema import fill
 
-VERSION = 3  # bump with every change of the generated points (names, frames, templates, counts)
+VERSION = 4  # bump with every change of the generated points (names, frames, templates, counts)
 MAX_ZIPF = 2.0  # wordfreq Zipf frequency: below 2 is rarer than once per 100 million words
 LANGUAGES = ("en", "de", "fr", "es", "it", "nl", "pt")
 # English words of the passage templates that wordfreq puts below MAX_ZIPF; vetted by reading them.
