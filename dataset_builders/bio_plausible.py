@@ -108,12 +108,14 @@ def nationality_fits_language(person: dict, adjective: str) -> bool:
 
 
 def substitute_fits(person: dict, sub: dict) -> bool:
-    """The substitute could have made the person's works: same domain, the works' language, every form,
+    """The substitute could have made the person's works: same domain, a science of the person's (``fields``:
+    no Sigmund Freud for Albert Einstein), the works' language, every form,
     alive and an adult at the first of them, and a name of the same culture (their nationalities share a
     language: no Otto von Bismarck born in Kentucky, no Edward Elgar for a Russian composer)."""
     alive_and_adult = sub["birth_year"] + ADULT <= person["first_work_year"] <= (sub["death_year"] or as_of())
+    same_field = not person.get("fields") or bool(set(person["fields"]) & set(sub.get("fields", [])))
     return (sub["domain"] == person["domain"] and sub.get("language") == person.get("language")
-            and set(person.get("forms", [])) <= set(sub.get("forms", [])) and alive_and_adult
+            and set(person.get("forms", [])) <= set(sub.get("forms", [])) and same_field and alive_and_adult
             and bool(culture(person) & culture(sub)))
 
 
@@ -306,7 +308,8 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_nationality_language": ("a counterfactual nationality's languages include the language of the person's "
                                  "works (language), or one of the true nationality's languages where the works "
                                  "have none", _nationality_language),
-    "bio_substitute_genre": ("a name-swap substitute has the person's domain, the works' language and every "
+    "bio_substitute_genre": ("a name-swap substitute has the person's domain, a science of the person's (fields), "
+                             "the works' language and every "
                              "literary form of the works (forms), was alive and adult at the first work, and "
                              "has a nationality that shares a language with the person's", _substitute_genre),
     "bio_name_swap_pen_name": ("a name-swap passage never tells of a pen name or stage name (the asked name "

@@ -160,9 +160,10 @@ def length_matched_twin(passage, templates: dict, values: dict, forbidden: list[
     passage would be 8 words longer on average, a cue that tells the two apart."""
     agree = list(passage.agree)
     gap = len(" ".join(passage.sentences).split()) - len(" ".join(agree).split())
-    used = {s.casefold() for s in [*passage.sentences, *agree]}
-    spare = [fill(t, **values) for t in templates["filler_sentences"]]
-    spare = [s for s in spare if s.casefold() not in used and not contains_any(s, forbidden)]
+    used = [s.strip().rstrip(".") for s in [*passage.sentences, *agree]]
+    spare = [fill(t, **values) for t in templates["filler_sentences"]
+             if not any(cues.template_pattern(t).fullmatch(u) for u in used)]  # "It ..." is the same filler
+    spare = [s for s in spare if not contains_any(s, forbidden)]
     close = [s for s in spare if abs(len(s.split()) - gap) <= LENGTH_SLACK]
     if gap <= LENGTH_SLACK or not close:
         return agree

@@ -173,6 +173,28 @@ def _contradicted(items: list[Item]) -> list[str]:
     return bad
 
 
+SUBJECT_POOLS = ("opening_sentences", "reason_sentences", "filler_sentences")  # templates with no answer slot
+
+
+@lru_cache(maxsize=None)
+def _pool_patterns(relation: str) -> tuple[re.Pattern, ...]:
+    record = _records()[relation]
+    return tuple(template_pattern(t) for pool in SUBJECT_POOLS for t in record.get(pool, []))
+
+
+def _template_twice(items: list[Item]) -> list[str]:
+    """No opening, reason or filler template fills two sentences of a passage, whatever stands for the
+    subject ("It rewards a long, slow look." and "Girl with a Pearl Earring rewards a long, slow look.")."""
+    bad = []
+    for i in items:
+        if i.relation not in _records():
+            continue
+        parts = [p.strip().rstrip(".") for p in _parts(i)]
+        if any(sum(bool(p.fullmatch(s)) for s in parts) > 1 for p in _pool_patterns(i.relation)):
+            bad.append(i.id)
+    return bad
+
+
 def _kind_repeated(items: list[Item]) -> list[str]:
     """A kind ("the landmark") at most once in a passage."""
     return [i.id for i in items if (found := _found(i)) and any(
@@ -231,6 +253,8 @@ TEXT_RULES = {
     "description_not_contradicted": ("no sentence presumes what the subject's fact or description denies (presumes, "
                                      "denies)", _contradicted),
     "kind_once": ("a passage calls its subject by its kind (the landmark) at most once", _kind_repeated),
+    "template_once": ("no opening, reason or filler template fills two sentences of a passage, whatever stands for "
+                      "the subject", _template_twice),
     "it_follows_subject": ('a sentence that opens with "It" follows one that opens with the subject', _it_after_other_noun),
     "museum_named_first": ('no sentence speaks of "the museum" before one names it', _museum_before_named),
 }

@@ -138,7 +138,23 @@ def test_every_extra_rule_has_a_case():
     assert set(CASES) | set(V2_CASES) | set(SWAP_CASES) | set(TIME_CASES) == set(cf_bio.EXTRA_RULES)
 
 
+def inject_substitute_field(items):  # Sigmund Freud for Albert Einstein: a scientist, German-speaking, alive and adult
+    item = _first(items, "person_name", lambda i, p: p["id"] == "albert_einstein")
+    return _answer(items, item, "Sigmund Freud")
+
+
 CULTURE_CASES = {"bio_substitute_genre": inject_substitute_culture, "bio_nationality_language": inject_nationality_culture}
+
+
+def test_a_scientist_substitute_of_another_science_is_caught(items):
+    broken, bad_id = inject_substitute_field(items)
+    hit = [line for line in failures(broken) if line.startswith("bio_substitute_genre:")]
+    assert len(hit) == 1 and bad_id in hit[0], failures(broken)
+    einstein, freud = PEOPLE["albert_einstein"], PEOPLE["sigmund_freud"]
+    assert not bio_plausible.substitute_fits(einstein, freud)
+    assert bio_plausible.substitute_fits(einstein, {**freud, "fields": ["physics"]})  # the field alone decides
+    scientists = [p for p in PEOPLE.values() if p["domain"] == "scientist"]
+    assert scientists and all(p.get("fields") for p in scientists)
 
 
 @pytest.mark.parametrize("rule", sorted(CULTURE_CASES))

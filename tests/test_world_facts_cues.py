@@ -106,6 +106,12 @@ def inject_state_for_a_city(items):  # "Washington" accepted for the Space Needl
     return _inject(items, item, parametric_aliases=[*item.parametric_aliases, "Washington"])
 
 
+def inject_filler_twice(items):  # "It rewards a long, slow look." beside the same filler with the name
+    item = next(i for i in items if i.relation == "painting_museum")
+    return _inject(items, item, context=item.context + f" It rewards a long, slow look. {item.subject[:1].upper()}"
+                   f"{item.subject[1:]} rewards a long, slow look.")
+
+
 def inject_double_stop(items):  # "... the best-known sights of Washington, D.C.."
     item = next(i for i in items if i.relation == "landmark_city")
     return _inject(items, item, context=item.context.rstrip(".") + "..")
@@ -119,6 +125,7 @@ CASES = {
     "description_not_contradicted": [inject_contradicted_filler, inject_fact_denied_filler,
                                      inject_fact_denied_answer_sentence],
     "kind_once": [inject_kind_twice],
+    "template_once": [inject_filler_twice],
     "it_follows_subject": [inject_it_after_other_noun],
     "museum_named_first": [inject_museum_before_named],
     "city_answer_only_city": [inject_state_for_a_city],
