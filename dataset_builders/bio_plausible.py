@@ -29,6 +29,7 @@ from .schema import Item
 
 ADULT = 18  # the youngest age at the first work or any dated work of a counterfactual life
 MATURE = 25  # the youngest age at the first work for a person who was this old or older at it
+GENERATION = 30  # the most years between the births of a person and a name-swap substitute (one generation)
 MAX_LIFESPAN = 94  # no one lives to 95 or more, unless the real person did
 MAX_LIVING_AGE = 89  # no living person is 90 or more
 YEAR_SHIFTS = (*range(-40, -2), *range(3, 41))  # how far a counterfactual birth year moves, either way
@@ -109,14 +110,16 @@ def nationality_fits_language(person: dict, adjective: str) -> bool:
 
 def substitute_fits(person: dict, sub: dict) -> bool:
     """The substitute could have made the person's works: same domain, a science of the person's (``fields``:
-    no Sigmund Freud for Albert Einstein), the works' language, every form,
+    no Sigmund Freud for Albert Einstein), born within ``GENERATION`` years of the person (no Jules Verne for
+    Marcel Proust), the works' language, every form,
     alive and an adult at the first of them, and a name of the same culture (their nationalities share a
     language: no Otto von Bismarck born in Kentucky, no Edward Elgar for a Russian composer)."""
     alive_and_adult = sub["birth_year"] + ADULT <= person["first_work_year"] <= (sub["death_year"] or as_of())
     same_field = not person.get("fields") or bool(set(person["fields"]) & set(sub.get("fields", [])))
+    same_generation = abs(sub["birth_year"] - person["birth_year"]) <= GENERATION
     return (sub["domain"] == person["domain"] and sub.get("language") == person.get("language")
             and set(person.get("forms", [])) <= set(sub.get("forms", [])) and same_field and alive_and_adult
-            and bool(culture(person) & culture(sub)))
+            and same_generation and bool(culture(person) & culture(sub)))
 
 
 # ---- passages ----------------------------------------------------------------------------------
@@ -220,7 +223,16 @@ def name_speaks_against(sub: dict) -> bool:
     Carroll was born in New York" mixes two kinds of name), or one that names a birthplace ("Leonardo da Vinci
     was born in Caprese")."""
     pen = any(_WROTE_UNDER.match(t) for t in about().get(sub["id"], []))
-    return pen or bool(sub["birth_city"] and contains(sub["name"], sub["birth_city"]))
+    return pen or names_birthplace(sub)
+
+
+def names_birthplace(person: dict) -> bool:
+    """The name names the birth city ("Leonardo da Vinci": Vinci), which places the person in its country."""
+    return bool(person["birth_city"] and contains(person["name"], person["birth_city"]))
+
+
+def _nationality_name_place(items: list[Item]) -> list[str]:
+    return [i.id for i, p in _relation(items, "nationality") if names_birthplace(p)]
 
 
 def _name_swap_pen_name(items: list[Item]) -> list[str]:
@@ -309,9 +321,11 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
                                  "works (language), or one of the true nationality's languages where the works "
                                  "have none", _nationality_language),
     "bio_substitute_genre": ("a name-swap substitute has the person's domain, a science of the person's (fields), "
-                             "the works' language and every "
+                             f"a birth year within {GENERATION} years of the person's, the works' language and every "
                              "literary form of the works (forms), was alive and adult at the first work, and "
                              "has a nationality that shares a language with the person's", _substitute_genre),
+    "bio_nationality_name_place": ("a nationality item's person has no birth city in the name (Leonardo da Vinci, "
+                                   "born in Vinci, is Italian by his name)", _nationality_name_place),
     "bio_name_swap_pen_name": ("a name-swap passage never tells of a pen name or stage name (the asked name "
                                "would be it)", _name_swap_pen_name),
     "bio_substitute_name": ("a name-swap substitute's name is a birth name that names no birthplace (no pen name, "

@@ -45,6 +45,8 @@ def kin(a: str, b: str) -> bool:
 def balanced_choice(true: str, choices: list[str], used: Counter, rng: random.Random) -> str:
     """One of ``choices``, the least used so far for the true nationality ``true`` (``used``, updated), the
     tie broken by ``rng``: each true nationality's items spread as evenly as their choices allow."""
+    if len(choices) == 1:  # forced: it neither counts nor weighs on the items that have a choice
+        return choices[0]
     fewest = min(used[true, c] for c in choices)
     choice = rng.choice([c for c in choices if used[true, c] == fewest])
     used[true, choice] += 1
@@ -88,7 +90,7 @@ def rules(true_terms: Callable[[dict], list[str]], choices: Callable[[dict], lis
     def one_way(items: list[Item]) -> list[str]:
         groups: dict[str, list[Item]] = defaultdict(list)
         for i in items:
-            if i.relation == "nationality":
+            if i.relation == "nationality" and len(choices(people[i.subject])) > 1:  # a forced choice is no pattern
                 groups[i.parametric_answer].append(i)
         bad = []
         for group in groups.values():
@@ -120,7 +122,7 @@ def rules(true_terms: Callable[[dict], list[str]], choices: Callable[[dict], lis
             "a nationality item tells none of the person's sentences that tie them to the real country's "
             "institutions, money or land (national: a senator, a dollar coin)", national_detail),
         "bio_nationality_one_way": (
-            f"the items of one true nationality (at least {SPREAD_MIN_ITEMS}) that more than one counterfactual "
+            f"the items of one true nationality (at least {SPREAD_MIN_ITEMS}) that each more than one counterfactual "
             f"nationality fits never take one of them more than {SPREAD_MAX_SHARE:.0%} of the time", one_way),
         "bio_substitute_nationality": (
             "a name-swap substitute is of the nationality the passage states (or one inside it, part_of); one of "

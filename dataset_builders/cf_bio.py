@@ -469,8 +469,10 @@ def nationality_choices(person: dict) -> list[str]:
     """The counterfactual nationalities that fit ``person`` (none when every work names the real one)."""
     forbidden = true_nationality_terms(person) + person.get("national_works", [])
     works = " ".join(w for w in person["works"] if not contains_any(w, forbidden))
-    if not works:
-        return []  # every work ties the person to the real nationality: what is left is no biography
+    if not works or bio_plausible.names_birthplace(person):
+        # every work ties the person to the real nationality (what is left is no biography), or the name
+        # does (Leonardo da Vinci: Vinci)
+        return []
     return [
         n for n in nationalities()
         if not nationality_is_true(person, n) and nationality_is_plausible(person, n, person["birth_year"])

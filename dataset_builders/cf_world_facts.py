@@ -177,10 +177,11 @@ def length_matched_twin(passage, templates: dict, values: dict, forbidden: list[
 
 
 def number_values(plural: bool) -> dict[str, str]:
-    """Verb and pronoun forms that agree with the subject ("The Spanish Steps are")."""
+    """Verb and pronoun forms that agree with the subject ("The Spanish Steps are"; ``{them}`` is the object:
+    "have never seen them")."""
     if plural:
-        return {"is": "are", "was": "were", "has": "have", "s": "", "it": "they", "its": "their"}
-    return {"is": "is", "was": "was", "has": "has", "s": "s", "it": "it", "its": "its"}
+        return {"is": "are", "was": "were", "has": "have", "s": "", "it": "they", "its": "their", "them": "them"}
+    return {"is": "is", "was": "was", "has": "has", "s": "s", "it": "it", "its": "its", "them": "it"}
 
 
 @lru_cache(maxsize=None)

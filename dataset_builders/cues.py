@@ -11,7 +11,9 @@ that such a cue speaks against can be read as wrong from the passage alone, and 
   painting; an inventor's fields: medicine, textiles, timekeeping, ...) and the ``cultures`` their
   work belongs to; each work's fact has its ``form`` and the ``cultures`` its title, characters and
   description fit ("the Venus of Urbino" is Italian, "Guernica" Spanish). A counterfactual creator
-  shares the form and one culture (``creator_fits``): no smallpox vaccine from a textile inventor.
+  shares the form and one culture (``creator_fits``): no smallpox vaccine from a textile inventor, no
+  portrait from a painter of none. A fact's ``ruled_out`` names creators its description sets it against
+  (the phonograph's cylinders against Emile Berliner's discs).
 - ``name_languages`` of a landmark or mountain fact: the languages its name speaks ([]: none); a
   counterfactual place speaks one of them (``speaks_name``). A city's languages are the relation's
   ``languages``; a country's come from countries.json (``language``, ``other_languages``) and the
@@ -41,6 +43,8 @@ def creator_fits(record: dict, fact: dict, creator: str) -> bool:
     if own is None:
         raise ValueError(f"relations.json {record['relation']}: creator {creator!r} has no creator_traits; "
                          f"add its forms (and cultures where the works have them)")
+    if creator in fact.get("ruled_out", []):  # the description sets the work against this creator's
+        return False
     forms = {fact["form"]} if isinstance(fact["form"], str) else set(fact["form"])
     return bool(forms & set(own["forms"])) and (
         "cultures" not in fact or bool(set(fact["cultures"]) & set(own.get("cultures", []))))
@@ -116,7 +120,7 @@ def template_pattern(template: str) -> re.Pattern:
     """A filled template (its final full stop left off), with the subject given by name, kind or "it"
     (any words) and number forms."""
     text = re.escape(template.rstrip("."))
-    for slot in ("subject", "Subject", "it", "its", "answer", "Answer", "parametric", "Parametric"):
+    for slot in ("subject", "Subject", "it", "its", "them", "answer", "Answer", "parametric", "Parametric"):
         text = text.replace(re.escape("{" + slot + "}"), r".+?")
     text = re.sub(r"\\\{(is|was|has)\\\}", r"\\w+", text).replace(re.escape("{s}"), "s?")
     return re.compile(text, re.IGNORECASE)

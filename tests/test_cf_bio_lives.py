@@ -113,12 +113,24 @@ def inject_about_missing(items):  # a passage of frames only
     return _swap(items, item, replace(item, context=". ".join(kept)))
 
 
+def inject_nationality_of_a_named_birthplace(items):  # "Leonardo da Vinci, a Swiss painter": Vinci is Italian
+    item = _first(items, "nationality", lambda i, p: p["domain"] == "painter")
+    return _swap(items, item, replace(item, subject="leonardo_da_vinci"))
+
+
+def inject_substitute_of_another_generation(items):  # Jules Verne (born 1828) for Marcel Proust (born 1871)
+    item = _first(items, "person_name", lambda i, p: p["domain"] == "writer")  # none fits Proust: one is made
+    return _swap(items, item, replace(item, subject="marcel_proust", parametric_answer="Marcel Proust",
+                                      counterfactual_answer="Jules Verne"))
+
+
 CASES = {
     "bio_life_impossible": inject_child_at_first_work,
     "bio_birth_years_one_way": inject_one_way,
     "bio_birth_city_within": inject_city_within,
     "bio_nationality_language": inject_language,
     "bio_substitute_genre": inject_substitute_genre,
+    "bio_nationality_name_place": inject_nationality_of_a_named_birthplace,
     "bio_name_swap_pen_name": inject_pen_name,
     "bio_substitute_name": inject_substitute_name,
     "bio_nationality_stub": inject_stub,
@@ -144,6 +156,15 @@ def inject_substitute_field(items):  # Sigmund Freud for Albert Einstein: a scie
 
 
 CULTURE_CASES = {"bio_substitute_genre": inject_substitute_culture, "bio_nationality_language": inject_nationality_culture}
+
+
+def test_a_substitute_of_another_generation_is_caught(items):
+    broken, bad_id = inject_substitute_of_another_generation(items)
+    hit = [line for line in failures(broken) if line.startswith("bio_substitute_genre:")]
+    assert len(hit) == 1 and bad_id in hit[0], failures(broken)
+    proust, verne = PEOPLE["marcel_proust"], PEOPLE["jules_verne"]
+    assert not bio_plausible.substitute_fits(proust, verne)
+    assert bio_plausible.substitute_fits(proust, {**verne, "birth_year": proust["birth_year"] - 5})
 
 
 def test_a_scientist_substitute_of_another_science_is_caught(items):

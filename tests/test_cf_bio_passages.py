@@ -147,10 +147,10 @@ def test_team_seeds_validate_with_enough_items(seed):
     # adult at the first work, and a nationality item whose works all name the real nationality or whose
     # language no other nationality fits; version 6 also one with no substitute or nationality of the person's
     # culture (a shared language); version 7 also one with no substitute of the stated nationality or, for a
-    # scientist, of the same science (119 name swaps at every team seed)
-    assert len(items) >= 590
+    # scientist, of the same science, or born more than a generation apart (108 name swaps at every team seed)
+    assert len(items) >= 580
     counts = Counter(i.relation for i in items)
-    assert min(counts.values()) >= 115, counts
+    assert min(counts.values()) >= 100, counts
 
 
 def test_living_people_are_in_the_present_tense(items):

@@ -68,8 +68,11 @@ def test_a_nationality_with_a_single_fit_is_not_a_spread_defect(items):
 
 
 def test_nationalities_spread_over_their_kin(items):
+    # over the items that have a choice (a forced one, such as Swiss for a French writer whose works name
+    # Belgium, neither counts nor weighs on the others)
     spread = {true: Counter(i.counterfactual_answer for i in items
-                            if i.relation == "nationality" and i.parametric_answer == true)
+                            if i.relation == "nationality" and i.parametric_answer == true
+                            and len(cf_bio.nationality_choices(PEOPLE[i.subject])) > 1)
               for true in ("American", "English", "French", "German")}
     assert set(spread["American"]) >= {"Canadian", "British", "English", "Irish"}, spread  # not 28 of 28 Canadian
     assert len(spread["English"]) >= 4 and "American" in spread["English"], spread

@@ -10,6 +10,7 @@ import pytest
 
 from cf_tasks.scoring import score, score_quote
 from dataset_builders import DEFAULT_SEED, build, cf_world_facts, cues, tables
+from dataset_builders.schema import fill
 from dataset_builders.validate import failures
 
 from conftest import seed_matrix
@@ -60,6 +61,22 @@ def inject_dutch_painter_for_guernica(items):  # Guernica (1937) by Piet Mondria
 def inject_sound_inventor_for_a_vaccine(items):  # the rabies vaccine (1885) by Thomas Edison (alive, adult)
     return _inject(items, _item(items, "invention_inventor", "the rabies vaccine"),
                    counterfactual_answer="Thomas Edison", counterfactual_aliases=["Edison"])
+
+
+def inject_disc_maker_for_the_phonograph(items):  # its tinfoil and wax cylinders set it against Berliner's discs
+    return _inject(items, _item(items, "invention_inventor", "the phonograph"), counterfactual_answer="Emile Berliner",
+                   counterfactual_aliases=["Berliner"])
+
+
+def inject_bosch_for_a_portrait(items):  # Lady with an Ermine by Hieronymus Bosch, who painted no portraits
+    return _inject(items, _item(items, "painting_painter", "Lady with an Ermine"),
+                   counterfactual_answer="Hieronymus Bosch", counterfactual_aliases=["Bosch"])
+
+
+def inject_mexico_for_a_quechua_name(items):  # Cotopaxi in Mexico: Spanish-speaking, but the name is Quechua
+    item = _item(items, "mountain_country", "Cotopaxi")
+    return _inject(items, item, counterfactual_answer="Mexico",
+                   context=item.context.replace(item.counterfactual_answer, "Mexico"))
 
 
 def inject_german_name_in_moscow(items):  # Schönbrunn Palace in Moscow
@@ -120,8 +137,9 @@ def inject_double_stop(items):  # "... the best-known sights of Washington, D.C.
 CASES = {
     "single_full_stop": [inject_double_stop],
     "creator_fits_work": [inject_poet_for_a_russian_novel, inject_german_for_an_italian_opera,
-                          inject_dutch_painter_for_guernica, inject_sound_inventor_for_a_vaccine],
-    "place_speaks_name": [inject_german_name_in_moscow],
+                          inject_dutch_painter_for_guernica, inject_sound_inventor_for_a_vaccine,
+                          inject_disc_maker_for_the_phonograph, inject_bosch_for_a_portrait],
+    "place_speaks_name": [inject_german_name_in_moscow, inject_mexico_for_a_quechua_name],
     "description_not_contradicted": [inject_contradicted_filler, inject_fact_denied_filler,
                                      inject_fact_denied_answer_sentence],
     "kind_once": [inject_kind_twice],
@@ -278,3 +296,15 @@ def test_denied_templates_stay_out_of_every_pool(items, former):
             assert "in the heart of" not in item.context, item.id
         if item.subject == "Times Square":
             assert "stands in" not in item.context and "built in" not in item.context, item.id
+
+
+def test_a_plural_subject_is_them_as_an_object(items):
+    """"even if they have never seen them": ``{them}`` is the object form ("it" for one subject)."""
+    record = cf_world_facts.relations_by_name()["landmark_city"]
+    template = next(t for pool in cues.SUBJECT_POOLS for t in record[pool] if "never seen" in t)
+    assert fill(template, subject="the Spanish Steps", **cf_world_facts.number_values(True)).endswith(
+        "never seen them in person.")
+    assert fill(template, subject="the Colosseum", **cf_world_facts.number_values(False)).endswith(
+        "never seen it in person.")
+    every = items + build("cf_world_facts_agree", DEFAULT_SEED)
+    assert not [i.id for i in every if "seen they" in i.context or "{" in i.context]
