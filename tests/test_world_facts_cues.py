@@ -212,6 +212,9 @@ def test_works_whose_cues_no_other_creator_fits_are_left_out(items):
     assert "Rhapsody in Blue" not in subjects  # no other jazz composer
     assert "the Venus of Urbino" not in subjects  # no other Italian painter alive and adult in 1538
     assert "Washington Crossing the Delaware" not in subjects  # no other American painter in 1851
+    assert "Liberty Leading the People" not in subjects  # the French revolution of 1830: no other French painter
+    landmarks = {i.subject for i in items if i.relation == "landmark_city"}
+    assert "the Sagrada Família" not in landmarks  # a Catalan name: no other Catalan-speaking city
     fields = {i.counterfactual_answer for i in items if i.subject == "the smallpox vaccine"}
     assert fields and fields <= {"Philippe Pinel", "Benjamin Rush", "René Laennec", "Louis Pasteur", "Robert Koch",
                                  "Joseph Lister", "Howard Florey", "Jonas Salk"}  # physicians only
