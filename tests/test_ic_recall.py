@@ -264,7 +264,7 @@ def test_lm_eval_cli_runs_the_ic_recall_tasks(tiny_model, tmp_path):
     rows = {(r["task"], r["metric"]): r for r in tidy_rows(raw)}
     assert {("ic_recall_k8", "answer_acc"), ("ic_recall", "copy_rate"), ("ic_recall_cot_k2", "relation_acc"),
             ("ic_recall_cf", "counterfactual_acc")} <= set(rows)
-    assert rows[("ic_recall_k2", "answer_acc")]["version"] == 4.0
+    assert rows[("ic_recall_k2", "answer_acc")]["version"] == float(dataset_builders.version("ic_recall"))
     for k in ic_recall.K_VALUES:
         for metric in hooks.IC_RECALL_METRICS:
             assert 0.0 <= results[f"ic_recall_k{k}"][f"{metric},none"] <= 1.0
