@@ -36,3 +36,12 @@ def assert_clean(items) -> None:
         found = failures(list(items))
         assert found == [], found
         _CLEAN.add(key)
+
+
+def assert_caught(items, rule: str, inject) -> None:
+    """A clean build, one defect planted by ``inject`` (which returns the broken items and the bad id): the
+    rule reports it in exactly one line that names the planted item."""
+    assert_clean(items)
+    broken, bad_id = inject(items)
+    hit = [line for line in failures(broken) if line.startswith(rule + ":")]
+    assert len(hit) == 1 and bad_id in hit[0] and "\n" not in hit[0], failures(broken)

@@ -11,7 +11,7 @@ import pytest
 
 from dataset_builders import DEFAULT_SEED, bio_plausible, build, cf_bio
 from dataset_builders.validate import failures
-from builds import assert_clean
+from builds import assert_caught
 
 PEOPLE = cf_bio.people_by_id()
 
@@ -159,18 +159,14 @@ CULTURE_CASES = {"bio_substitute_genre": inject_substitute_culture, "bio_nationa
 
 
 def test_a_substitute_of_another_generation_is_caught(items):
-    broken, bad_id = inject_substitute_of_another_generation(items)
-    hit = [line for line in failures(broken) if line.startswith("bio_substitute_genre:")]
-    assert len(hit) == 1 and bad_id in hit[0], failures(broken)
+    assert_caught(items, "bio_substitute_genre", inject_substitute_of_another_generation)
     proust, verne = PEOPLE["marcel_proust"], PEOPLE["jules_verne"]
     assert not bio_plausible.substitute_fits(proust, verne)
     assert bio_plausible.substitute_fits(proust, {**verne, "birth_year": proust["birth_year"] - 5})
 
 
 def test_a_scientist_substitute_of_another_science_is_caught(items):
-    broken, bad_id = inject_substitute_field(items)
-    hit = [line for line in failures(broken) if line.startswith("bio_substitute_genre:")]
-    assert len(hit) == 1 and bad_id in hit[0], failures(broken)
+    assert_caught(items, "bio_substitute_genre", inject_substitute_field)
     einstein, freud = PEOPLE["albert_einstein"], PEOPLE["sigmund_freud"]
     assert not bio_plausible.substitute_fits(einstein, freud)
     assert bio_plausible.substitute_fits(einstein, {**freud, "fields": ["physics"]})  # the field alone decides
@@ -210,10 +206,7 @@ def test_a_nationality_without_a_works_language_fits_the_culture(person, nationa
 
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_catches_injected_defect(items, rule):
-    assert_clean(items)
-    broken, bad_id = CASES[rule](items)
-    hit = [line for line in failures(broken) if line.startswith(rule + ":")]
-    assert len(hit) == 1 and bad_id in hit[0] and "\n" not in hit[0], failures(broken)
+    assert_caught(items, rule, CASES[rule])
 
 
 @pytest.mark.parametrize("rule", bio_plausible.TEXT_RULES)

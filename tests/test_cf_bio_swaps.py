@@ -9,7 +9,7 @@ import pytest
 
 from dataset_builders import DEFAULT_SEED, bio_swaps, cf_bio, tables
 from dataset_builders.validate import failures
-from builds import assert_clean
+from builds import assert_caught
 
 PEOPLE = cf_bio.people_by_id()
 BY_NAME = {p["name"]: p for p in tables.people()}
@@ -53,10 +53,7 @@ def test_every_rule_has_a_case():
 
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_rule_catches_injected_defect(items, rule):
-    assert_clean(items)
-    broken, bad_id = CASES[rule](items)
-    hit = [line for line in failures(broken) if line.startswith(rule + ":")]
-    assert len(hit) == 1 and bad_id in hit[0] and "\n" not in hit[0], failures(broken)
+    assert_caught(items, rule, CASES[rule])
 
 
 def test_a_nationality_with_a_single_fit_is_not_a_spread_defect(items):
