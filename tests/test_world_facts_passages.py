@@ -173,8 +173,9 @@ def test_rule_catches_injected_defect(items, rule, inject):
 def test_both_datasets_validate_on_every_seed(seed):
     default = build_validated("cf_world_facts", seed)
     former = build_validated("cf_world_facts_former", seed)
-    # facts without a candidate that fits every cue are left out (753 and 328 items in version 5)
-    assert len(default) >= 700 and len(former) >= 300
+    # facts without a candidate that fits every cue are left out (753 and 328 items in version 5, 697 and 319
+    # in version 7, where painters share the title's culture and inventors the field)
+    assert len(default) >= 680 and len(former) >= 300
     assert not any(i.mentions_parametric for i in default) and all(i.mentions_parametric for i in former)
     for built in (default, former):
         shares = Counter(i.answer_position for i in built)
