@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from cf_tasks.text import contains
 
-from . import tables
+from . import bio_plausible, tables
 from .common import country_in_text
 from .schema import Item
 
@@ -25,14 +25,9 @@ def country_existed(country: str | None, year: int) -> bool:
 def country_out_of_time(items: list[Item]) -> list[str]:
     """Birth-year items whose passage names the birth country while the counterfactual year lies outside the
     years that country bore its name."""
-    by_id = {p["id"]: p for p in tables.people()}
-    bad = []
-    for item in items:
-        country = by_id[item.subject]["birth_country"]
-        if (item.relation == "birth_year" and contains(item.context, country_in_text(country))
-                and not country_existed(country, int(item.counterfactual_answer))):
-            bad.append(item.id)
-    return bad
+    return [i.id for i, p in bio_plausible.by_relation(items, "birth_year")
+            if contains(i.context, country_in_text(p["birth_country"]))
+            and not country_existed(p["birth_country"], int(i.counterfactual_answer))]
 
 
 RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {

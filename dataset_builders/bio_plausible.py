@@ -29,7 +29,6 @@ from .schema import Item
 
 ADULT = 18  # the youngest age at the first work or any dated work of a counterfactual life
 MATURE = 25  # the youngest age at the first work for a person who was this old or older at it
-GENERATION = 30  # the most years between the births of a person and a name-swap substitute (one generation)
 MAX_LIFESPAN = 94  # no one lives to 95 or more, unless the real person did
 MAX_LIVING_AGE = 89  # no living person is 90 or more
 YEAR_SHIFTS = (*range(-40, -2), *range(3, 41))  # how far a counterfactual birth year moves, either way
@@ -110,16 +109,14 @@ def nationality_fits_language(person: dict, adjective: str) -> bool:
 
 def substitute_fits(person: dict, sub: dict) -> bool:
     """The substitute could have made the person's works: same domain, a science of the person's (``fields``:
-    no Sigmund Freud for Albert Einstein), born within ``GENERATION`` years of the person (no Jules Verne for
-    Marcel Proust), the works' language, every form,
+    no Sigmund Freud for Albert Einstein), the works' language, every form,
     alive and an adult at the first of them, and a name of the same culture (their nationalities share a
     language: no Otto von Bismarck born in Kentucky, no Edward Elgar for a Russian composer)."""
     alive_and_adult = sub["birth_year"] + ADULT <= person["first_work_year"] <= (sub["death_year"] or as_of())
     same_field = not person.get("fields") or bool(set(person["fields"]) & set(sub.get("fields", [])))
-    same_generation = abs(sub["birth_year"] - person["birth_year"]) <= GENERATION
     return (sub["domain"] == person["domain"] and sub.get("language") == person.get("language")
             and set(person.get("forms", [])) <= set(sub.get("forms", [])) and same_field and alive_and_adult
-            and same_generation and bool(culture(person) & culture(sub)))
+            and bool(culture(person) & culture(sub)))
 
 
 # ---- passages ----------------------------------------------------------------------------------
@@ -182,18 +179,19 @@ def about_problems() -> list[str]:
 
 # ---- validator rules (merged into cf_bio's rules) ----------------------------------------------
 
-def _relation(items: list[Item], relation: str) -> list[tuple[Item, dict]]:
+def by_relation(items: list[Item], relation: str) -> list[tuple[Item, dict]]:
+    """The items of ``relation``, each with its person."""
     return [(i, people_by_id()[i.subject]) for i in items if i.relation == relation]
 
 
 def _life_impossible(items: list[Item]) -> list[str]:
-    return [i.id for i, p in _relation(items, "birth_year")
+    return [i.id for i, p in by_relation(items, "birth_year")
             if int(i.counterfactual_answer) == p["birth_year"] or not life_is_possible(p, int(i.counterfactual_answer))]
 
 
 def _years_one_way(items: list[Item]) -> list[str]:
     """Every birth-year item, when fewer than a quarter or more than three quarters move later."""
-    pairs = _relation(items, "birth_year")
+    pairs = by_relation(items, "birth_year")
     if len(pairs) < 20:  # too few to judge a share
         return []
     later = sum(int(i.counterfactual_answer) > p["birth_year"] for i, p in pairs) / len(pairs)
@@ -201,16 +199,16 @@ def _years_one_way(items: list[Item]) -> list[str]:
 
 
 def _city_within(items: list[Item]) -> list[str]:
-    return [i.id for i, p in _relation(items, "birth_city") if within(i.counterfactual_answer, p["birth_city"])]
+    return [i.id for i, p in by_relation(items, "birth_city") if within(i.counterfactual_answer, p["birth_city"])]
 
 
 def _nationality_language(items: list[Item]) -> list[str]:
-    return [i.id for i, p in _relation(items, "nationality") if not nationality_fits_language(p, i.counterfactual_answer)]
+    return [i.id for i, p in by_relation(items, "nationality") if not nationality_fits_language(p, i.counterfactual_answer)]
 
 
 def _substitute_genre(items: list[Item]) -> list[str]:
     by_name = {p["name"]: p for p in tables.people()}
-    return [i.id for i, p in _relation(items, "person_name")
+    return [i.id for i, p in by_relation(items, "person_name")
             if i.counterfactual_answer not in by_name or not substitute_fits(p, by_name[i.counterfactual_answer])]
 
 
@@ -232,23 +230,23 @@ def names_birthplace(person: dict) -> bool:
 
 
 def _nationality_name_place(items: list[Item]) -> list[str]:
-    return [i.id for i, p in _relation(items, "nationality") if names_birthplace(p)]
+    return [i.id for i, p in by_relation(items, "nationality") if names_birthplace(p)]
 
 
 def _name_swap_pen_name(items: list[Item]) -> list[str]:
     """A name-swap passage never says the person wrote under another name: the asked name is the pen name."""
-    return [i.id for i, _ in _relation(items, "person_name") if contains_any(i.context, list(PEN_NAME))]
+    return [i.id for i, _ in by_relation(items, "person_name") if contains_any(i.context, list(PEN_NAME))]
 
 
 def _substitute_name(items: list[Item]) -> list[str]:
     by_name = {p["name"]: p for p in tables.people()}
-    return [i.id for i, _ in _relation(items, "person_name")
+    return [i.id for i, _ in by_relation(items, "person_name")
             if i.counterfactual_answer in by_name and name_speaks_against(by_name[i.counterfactual_answer])]
 
 
 def _nationality_stub(items: list[Item]) -> list[str]:
     """A nationality passage keeps at least one of the person's works (else it is no biography)."""
-    return [i.id for i, p in _relation(items, "nationality") if not contains_any(i.context, p["works"])]
+    return [i.id for i, p in by_relation(items, "nationality") if not contains_any(i.context, p["works"])]
 
 
 def _gerund_frame(items: list[Item]) -> list[str]:
@@ -321,7 +319,7 @@ RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
                                  "works (language), or one of the true nationality's languages where the works "
                                  "have none", _nationality_language),
     "bio_substitute_genre": ("a name-swap substitute has the person's domain, a science of the person's (fields), "
-                             f"a birth year within {GENERATION} years of the person's, the works' language and every "
+                             "the works' language and every "
                              "literary form of the works (forms), was alive and adult at the first work, and "
                              "has a nationality that shares a language with the person's", _substitute_genre),
     "bio_nationality_name_place": ("a nationality item's person has no birth city in the name (Leonardo da Vinci, "

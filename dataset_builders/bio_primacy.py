@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from cf_tasks.text import contains
 
-from . import tables
+from . import bio_plausible
 from .schema import Item
 
 # What says that a work is the person's main claim to fame.
@@ -25,8 +25,6 @@ PRIMACY = re.compile(
 # What says that the work made the name: false of most (Dvořák was famous for the Slavonic Dances long before the
 # New World Symphony, Goya a court painter before The Third of May 1808), so never told.
 ORIGIN = re.compile(r"\b(became famous for|gained international fame for)\b", re.IGNORECASE)
-# Sentence ends, with no split inside "No. 1" (a digit follows) or after an initial ("John F. Kennedy")
-_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+(?=[A-Z\"“])")
 # First-work frames that claim no primacy, for a passage whose first listed work is left out.
 NEUTRAL_WORK1 = (
     "{Who} {is} known for {work1}.",
@@ -47,14 +45,10 @@ def work1_frames(pool: tuple[str, ...], told: list[str], listed: list[str]) -> t
 def primacy_claims(items: list[Item]) -> list[str]:
     """Items with a sentence that claims primacy for something other than the person's first listed work, or
     that says a work made the person's name."""
-    by_id = {p["id"]: p for p in tables.people()}
-    bad = []
-    for item in items:
-        first = by_id[item.subject]["works"][0]
-        if ORIGIN.search(item.context) or any(PRIMACY.search(s) and not contains(s, first)
-                                               for s in _SENTENCE_END.split(item.context)):
-            bad.append(item.id)
-    return bad
+    people = bio_plausible.people_by_id()
+    return [i.id for i in items if ORIGIN.search(i.context) or any(
+        PRIMACY.search(s) and not contains(s, people[i.subject]["works"][0])
+        for s in bio_plausible.sentences(i.context))]
 
 
 RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {

@@ -53,10 +53,11 @@ from .schema import Item, answer_position, capitalize_first, fill
 
 NAME = "cf_bio"
 VERSION = 7
-SUBSTITUTES_PER_PERSON = 4  # at most: few people have a substitute of their own nationality (the swaps stay 125 or more)
+SUBSTITUTES_PER_PERSON = 4  # at most: few people have a substitute of their own nationality, so some take more
 ATTRIBUTES = ("birth_year", "birth_city", "nationality")
 NAME_FOR_PRONOUN = 0.4  # the share of He/She openings told with the name instead (varied references)
 MAX_ERA_GAP = 10  # most years between the lifespans of a person and a name-swap substitute
+GENERATION = 30  # most years between the births of a person and a name-swap substitute (no Verne for Proust)
 NATIONALITY_LATEST = 50  # a nationality whose state arose more than 50 years after a birth is implausible
 # A name that carries a title, an honorific or a regnal number ("Queen Victoria", "Mahatma Gandhi",
 # "Elizabeth I") names a role as well as a person: never a name-swap substitute.
@@ -243,10 +244,12 @@ def lifespan_gap(a: dict, b: dict) -> int:
 
 
 def compatible_substitute(person: dict, sub: dict) -> bool:
-    """A name swap must not make a living person dead (or the dead alive), nor move them in time, nor
-    give them a title ("Queen Victoria was one of the best-known American writers")."""
+    """A name swap must not make a living person dead (or the dead alive), nor move them in time (lifespans
+    within ``MAX_ERA_GAP`` years, births within ``GENERATION``: Jules Verne, born 1828, overlaps Marcel Proust's
+    life but is of another generation), nor give them a title ("Queen Victoria was one of the best-known
+    American writers")."""
     return (is_living(person) == is_living(sub) and lifespan_gap(person, sub) <= MAX_ERA_GAP
-            and not TITLED.search(sub["name"]))
+            and abs(sub["birth_year"] - person["birth_year"]) <= GENERATION and not TITLED.search(sub["name"]))
 
 
 def true_nationality_terms(person: dict) -> list[str]:
@@ -663,7 +666,8 @@ EXTRA_RULES: dict[str, tuple[str, Callable[[list[Item]], list[str]]]] = {
     "bio_living_described_dead": ("a living person is written in the present tense, never dies and has no legacy",
                                   _living_described_dead),
     "bio_substitute_incompatible": (
-        f"a name-swap substitute shares the living/dead status and lives within {MAX_ERA_GAP} years of the person",
+        f"a name-swap substitute shares the living/dead status, lives within {MAX_ERA_GAP} years of the person and "
+        f"was born within {GENERATION} years of the person",
         _substitute_incompatible),
     "bio_noun_as_adjective": ("a nationality noun is never used as an adjective ('a New Zealander politician')",
                               _noun_as_adjective),

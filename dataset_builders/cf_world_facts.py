@@ -193,15 +193,11 @@ def lifespans(relation: str) -> dict[str, tuple[int, int | None]]:
         for name in {p["name"], *p["aliases"]}:
             people.setdefault(name, set()).add((p["birth_year"], p["death_year"]))
     out = {}
-    for answer in sorted({f["answer"] for f in record["facts"]}):
-        found = people.get(answer, set())
-        own = record["creators"].get(answer)
-        if len(found) + bool(own) != 1:
-            raise ValueError(f"relations.json {relation}: {answer!r} needs a lifespan in exactly one place "
-                             f"(people.json or the relation's creators table)")
-        out[answer] = next(iter(found)) if found else (own["birth_year"], own["death_year"])
-    for other in record.get("other_answers", []):  # a counterfactual only: people.json or the creators table
-        name, found, own = other["answer"], people.get(other["answer"], set()), record["creators"].get(other["answer"])
+    # the true creators, and those only ever drawn as a counterfactual (other_answers)
+    names = [*sorted({f["answer"] for f in record["facts"]}), *(a["answer"] for a in record.get("other_answers", []))]
+    for name in names:
+        found = people.get(name, set())
+        own = record["creators"].get(name)
         if len(found) + bool(own) != 1:
             raise ValueError(f"relations.json {relation}: {name!r} needs a lifespan in exactly one place "
                              f"(people.json or the relation's creators table)")

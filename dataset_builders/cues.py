@@ -116,6 +116,7 @@ def presumes_problems(record: dict) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=None)
 def template_pattern(template: str) -> re.Pattern:
     """A filled template (its final full stop left off), with the subject given by name, kind or "it"
     (any words) and number forms."""

@@ -159,10 +159,11 @@ CULTURE_CASES = {"bio_substitute_genre": inject_substitute_culture, "bio_nationa
 
 
 def test_a_substitute_of_another_generation_is_caught(items):
-    assert_caught(items, "bio_substitute_genre", inject_substitute_of_another_generation)
+    assert_caught(items, "bio_substitute_incompatible", inject_substitute_of_another_generation)
     proust, verne = PEOPLE["marcel_proust"], PEOPLE["jules_verne"]
-    assert not bio_plausible.substitute_fits(proust, verne)
-    assert bio_plausible.substitute_fits(proust, {**verne, "birth_year": proust["birth_year"] - 5})
+    assert cf_bio.lifespan_gap(proust, verne) <= cf_bio.MAX_ERA_GAP  # their lives overlap: the births decide
+    assert not cf_bio.compatible_substitute(proust, verne)
+    assert cf_bio.compatible_substitute(proust, {**verne, "birth_year": proust["birth_year"] - 5})
 
 
 def test_a_scientist_substitute_of_another_science_is_caught(items):

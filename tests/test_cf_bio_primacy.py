@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from cf_tasks.text import contains
-from dataset_builders import DEFAULT_SEED, bio_places, bio_primacy, cf_bio, tables
+from dataset_builders import DEFAULT_SEED, bio_places, bio_plausible, bio_primacy, cf_bio, tables
 from dataset_builders.common import country_in_text
 from dataset_builders.validate import failures
 
@@ -76,8 +76,8 @@ def test_a_passage_without_the_first_work_claims_no_primacy_for_the_next(style):
 
 def test_a_sentence_split_keeps_initials_and_numbered_titles_whole():
     text = "Above all, John F. Kennedy is known for Jimson Weed/White Flower No. 1. He lived in Washington."
-    assert bio_primacy._SENTENCE_END.split(text) == [
-        "Above all, John F. Kennedy is known for Jimson Weed/White Flower No. 1.", "He lived in Washington."]
+    assert bio_plausible.sentences(text) == [  # the splitter the primacy rule reads sentences with
+        "Above all, John F. Kennedy is known for Jimson Weed/White Flower No. 1", "He lived in Washington."]
 
 
 def test_the_nationality_item_that_drops_the_first_work_tells_the_next_plainly(items):
